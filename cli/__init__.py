@@ -1,0 +1,1 @@
+"""The `htam-graph` command line (installed as `htam_graph.cli`)."""

@@ -1,0 +1,67 @@
+"""The ports the orchestration layer depends on. Adapters implement them; nothing here does I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from htam_graph.model import EvalRequest, EvalResult, GenerationReply, GenerationRequest
+
+Dialect = Literal["falkordb", "neo4j"]
+
+
+class StoreHealth(BaseModel):
+    """What `health()` reports."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    dialect: Dialect
+    location: str  # socket path or URI (never a password)
+    server_version: str = ""
+    schema_version: int | None = None
+    detail: str = ""
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    """A graph database that runs the named Cypher files of `htam_graph.cypher`.
+
+    Values are passed only as parameters. Each call is one statement (atomic on both engines).
+    """
+
+    dialect: Dialect
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run the named query with parameters; return its rows as dicts keyed by column."""
+        ...
+
+    def apply_schema(self) -> int:
+        """Apply this dialect's schema and migrations (idempotent); return the schema version."""
+        ...
+
+    def health(self) -> StoreHealth:
+        """Check the connection and report where the store is."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection (the embedded server keeps running)."""
+        ...
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """Compiles, checks and times one candidate against its task's reference."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult: ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Produces the next candidate source (an LLM backend, a replay file, or the offline rules)."""
+
+    name: str
+
+    def generate(self, request: GenerationRequest) -> GenerationReply: ...
