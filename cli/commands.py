@@ -8,3 +8,15 @@ import click
 def register(root: click.Group) -> None:
     """Attach the sub-commands (imported lazily so `--help` stays fast)."""
     # Feature modules add themselves below, one import + add_command each.
+    from htam_graph.cli.db import db
+
+    root.add_command(db)
+    from htam_graph.cli.memory import memory_group
+
+    root.add_command(memory_group)
+    from htam_graph.cli.tasks import tasks
+
+    root.add_command(tasks)
+    from htam_graph.cli.run import run
+
+    root.add_command(run)

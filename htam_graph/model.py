@@ -136,6 +136,9 @@ class EvalRequest(_Frozen):
     timeout_s: float = Field(default=600.0, gt=0)
     measure_baselines: bool = True
     seed: int = 0
+    # "kernel": a custom kernel must launch (kernel strategies). "reference": the trusted reference track
+    # (e.g. the reference copied as ModelNew); kernel-required checks are skipped and recorded as skipped.
+    candidate_kind: Literal["kernel", "reference"] = "kernel"
 
 
 class EvalResult(_Frozen):
@@ -169,6 +172,9 @@ class EvalResult(_Frozen):
     language: Language | None = None
     compile_s: float | None = None
     wall_s: float | None = None
+    # The task's reference output is degenerate (near-constant, ~zero, input-independent or an input echoed):
+    # a correct candidate proves little there, so wins on it must not be counted (evaluation.md pitfall 9).
+    task_degenerate: bool = False
 
 
 # ----------------------------------------------------------------------------------------------- outcomes
@@ -199,6 +205,58 @@ class AttemptRecord(_Frozen):
     created_ms: int = 0
 
 
+class RunRecord(_Frozen):
+    """One optimisation run of one task (the `(:Run)` node its attempts point to)."""
+
+    key: str
+    task_key: str
+    backend: str = ""  # generator name: anthropic, openai, rules, replay, ...
+    policy: str = ""  # htg, no-transition, random, flat
+    model: str = ""
+    started_ms: int = 0
+    gpu_name: str = ""
+    gpu_arch: str = ""
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
+    seed: int = 0
+
+
+class LocalWithEvidence(_Frozen):
+    """A local strategy with the evidence the memory holds for it (totals over all GPU architectures)."""
+
+    strategy: LocalStrategy
+    attempts: int = 0
+    positives: int = 0
+    negatives: int = 0
+    gain_sum: float = 0.0
+    best_attempt_key: str | None = None  # best positive attempt (highest gain), for examples
+    best_kernel_key: str | None = None
+    worst_attempt_key: str | None = None  # worst negative attempt (lowest gain), for counter-examples
+    worst_kernel_key: str | None = None
+
+    @property
+    def mean_gain(self) -> float:
+        """Mean gain per recorded attempt (0.0 without evidence)."""
+        return self.gain_sum / self.attempts if self.attempts else 0.0
+
+
+class AttemptExample(_Frozen):
+    """A past attempt shown to the generator as an example (positive) or a counter-example (negative)."""
+
+    attempt_key: str
+    task_key: str
+    global_key: str
+    local_key: str | None = None
+    positive: bool
+    status: str
+    error_kind: str | None = None
+    gain: float = 0.0
+    speedup_x: float | None = None
+    gpu_arch: str = ""
+    kernel_key: str | None = None
+    language: str | None = None
+    source: str | None = None
+
+
 # ----------------------------------------------------------------------------------------------- generation
 class Usage(_Frozen):
     """Tokens and dollars one generator call cost."""
@@ -208,6 +266,7 @@ class Usage(_Frozen):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
+    cost_known: bool = True  # False: the model has no known price, so cost_usd (0.0) is not a real cost
 
 
 class GenerationRequest(_Frozen):
@@ -223,6 +282,7 @@ class GenerationRequest(_Frozen):
     memory_context: str = ""  # the strategy's memory: pattern, checks, evidence, examples (stable, cacheable)
     device: Device = "cuda"
     seed: int = 0
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT  # what numeric shortcuts are allowed
 
 
 class GenerationReply(_Frozen):

@@ -1,0 +1,10 @@
+// query: bank_import_runs
+// params: rows
+// returns: merged
+// Bank import: MERGE (:Run) nodes on key; properties are written only when the node is created (what the local
+// graph already holds wins).
+// rows: [{key, props}]
+UNWIND $rows AS r
+MERGE (n:Run {key: r.key})
+ON CREATE SET n += r.props
+RETURN count(n) AS merged

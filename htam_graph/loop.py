@@ -1,0 +1,414 @@
+"""The HTAM optimisation loop: pure orchestration over the ports (store, evaluator, generator).
+
+One step (the paper's): summarise the state → pick the next global direction (Cypher precedent aggregation +
+softmax policy) → choose a local strategy under it → generate the next candidate guided by that strategy's
+memory → evaluate it with the hardened runtime → write the outcome back to the graph.
+
+The run returns the best *correct* kernel, or the reference itself when nothing correct was faster: never an
+incorrect kernel. Side effects other than the graph (files, progress display) belong to the caller, through
+the `on_step` callback, which runs after every step so nothing is lost on a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from htam_graph import memory, policy
+from htam_graph.errors import BackendError, HtamError
+from htam_graph.model import (
+    AttemptExample,
+    AttemptRecord,
+    Device,
+    DirectionScore,
+    ErrorKind,
+    EvalRequest,
+    EvalResult,
+    GenerationReply,
+    GenerationRequest,
+    GlobalDirection,
+    Language,
+    LocalWithEvidence,
+    PrecisionPolicy,
+    RunRecord,
+    ShapeVariant,
+    Task,
+    Usage,
+)
+from htam_graph.ports import Evaluator, Generator, GraphStore
+from htam_graph.settings import PolicySettings
+from htam_graph.state import memory_context, reference_as_candidate, state_summary
+
+log = logging.getLogger(__name__)
+
+PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
+POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How one run is carried out (all of it recorded on the Run node)."""
+
+    steps: int = 6
+    policy: PolicyName = "htam"
+    device: Device = "cuda"
+    shape: ShapeVariant = "default"
+    language: Language = Language.TRITON
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
+    seed: int = 0
+    timeout_s: float = 600.0
+    trials: int = 5
+    timing_runs: int = 20
+    record: bool = True  # False: a frozen memory (read, never written)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What happened at one step (also what `trajectory.json` holds)."""
+
+    step: int
+    global_key: str
+    local_key: str | None
+    direction_probability: float
+    status: Literal["improved", "correct", "failed"]
+    error_kind: ErrorKind | None
+    error_excerpt: str
+    speedup_x: float | None
+    best_speedup_x: float
+    gain: float
+    source: str | None
+    result: EvalResult | None
+    usage: Usage
+    attempt_key: str
+
+
+@dataclass
+class RunResult:
+    """The run's outcome: the best correct candidate (or the reference) and every step."""
+
+    run_key: str
+    task_key: str
+    best_source: str
+    best_is_reference: bool
+    best_step: int | None
+    best_speedup_x: float
+    best_result: EvalResult | None
+    steps: list[StepOutcome] = field(default_factory=list)
+    stopped_reason: str = ""
+    backend_error: BackendError | None = None
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and dollars summed over the steps."""
+        total = Usage()
+        for s in self.steps:
+            u = s.usage
+            total = Usage(
+                input_tokens=total.input_tokens + u.input_tokens,
+                output_tokens=total.output_tokens + u.output_tokens,
+                cache_read_tokens=total.cache_read_tokens + u.cache_read_tokens,
+                cache_write_tokens=total.cache_write_tokens + u.cache_write_tokens,
+                cost_usd=total.cost_usd + u.cost_usd,
+                cost_known=total.cost_known and u.cost_known,
+            )
+        return total
+
+
+ExecutableLocals = Callable[[Task], Sequence[str]]
+"""For generators that can only act on some strategies (the offline rules): the local keys they can execute."""
+
+
+@dataclass
+class _Choice:
+    direction: DirectionScore
+    local: LocalWithEvidence | None
+    examples: list[AttemptExample]
+
+
+class OptimizationLoop:
+    """Runs the HTAM loop for tasks, with the ports passed in."""
+
+    def __init__(
+        self,
+        store: GraphStore,
+        evaluator: Evaluator,
+        generator: Generator,
+        settings: PolicySettings,
+        config: RunConfig,
+        *,
+        executable_locals: ExecutableLocals | None = None,
+        on_step: Callable[[StepOutcome], None] | None = None,
+        model_name: str = "",
+    ) -> None:
+        self.store = store
+        self.evaluator = evaluator
+        self.generator = generator
+        self.settings = settings
+        self.config = config
+        self.executable_locals = executable_locals
+        self.on_step = on_step
+        self.model_name = model_name
+
+    # ------------------------------------------------------------------------------------------- the run
+    def run(self, task: Task) -> RunResult:
+        """Optimise one task for `config.steps` steps; return the best correct candidate."""
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}:{task.key}:{cfg.policy}")
+        run_key = f"run-{uuid.uuid4().hex[:12]}"
+        reference = reference_as_candidate(task.source)
+        result = RunResult(run_key, task.key, reference, True, None, 1.0, None)
+        executable = set(self.executable_locals(task)) if self.executable_locals else None
+        directions = {d.key: d for d in memory.directions(self.store)}
+        allowed = self._allowed_directions(directions, task, executable)
+        if not allowed:
+            result.stopped_reason = "no strategy in the memory applies to this task"
+            return result
+        if cfg.record:
+            memory.record_run(
+                self.store,
+                RunRecord(
+                    key=run_key,
+                    task_key=task.key,
+                    backend=self.generator.name,
+                    policy=cfg.policy,
+                    model=self.model_name,
+                    started_ms=memory.now_ms(),
+                    precision_policy=cfg.precision_policy,
+                    seed=cfg.seed,
+                ),
+            )
+        history: list[str] = []
+        gpu_arch = ""
+        prev_attempt: str | None = None
+        for step in range(1, cfg.steps + 1):
+            choice = self._choose(task, history, gpu_arch, allowed, executable, rng)
+            try:
+                reply = self._generate(task, step, choice, result, directions)
+            except BackendError as e:
+                # A spent budget or a transport failure after retries ends the run cleanly: every step so far
+                # is already recorded, and the caller reports `backend_error` (exit 1 in the CLI).
+                result.stopped_reason = str(e)
+                result.backend_error = e
+                break
+            outcome = self._evaluate_and_record(
+                task, step, choice, reply, result, history, prev_attempt, run_key, gpu_arch
+            )
+            if outcome.result is not None and outcome.result.gpu_arch:
+                gpu_arch = outcome.result.gpu_arch
+            history.append(choice.direction.key)
+            prev_attempt = outcome.attempt_key
+            result.steps.append(outcome)
+            if self.on_step:
+                self.on_step(outcome)
+        result.stopped_reason = result.stopped_reason or f"{cfg.steps} steps done"
+        return result
+
+    # ------------------------------------------------------------------------------------------- choice
+    def _allowed_directions(
+        self, directions: dict[str, GlobalDirection], task: Task, executable: set[str] | None
+    ) -> list[str]:
+        """Directions with at least one local the generator can act on (all of them for an LLM)."""
+        if executable is None:
+            return sorted(directions)
+        return sorted({k.split(".", 1)[0] for k in executable} & set(directions))
+
+    def _choose(
+        self,
+        task: Task,
+        history: list[str],
+        gpu_arch: str,
+        allowed: list[str],
+        executable: set[str] | None,
+        rng: random.Random,
+    ) -> _Choice:
+        cfg = self.config
+        if cfg.policy == "flat":
+            return self._choose_flat(task, allowed, executable, rng)
+        mode: policy.PolicyMode
+        if cfg.policy == "random":
+            mode = "random"
+        elif cfg.policy == "no-transition" or not history:
+            # With no trajectory yet there is no precedent to aggregate: start from each direction's own record.
+            mode = "no-transition"
+        else:
+            mode = "htg"
+        scores = memory.score_directions(
+            self.store, history, gpu_arch=gpu_arch, settings=self.settings, mode=mode
+        )
+        direction = policy.sample_direction(
+            scores, rng, exclude=[s.key for s in scores if s.key not in allowed]
+        )
+        candidates = self._locals(task, direction.key, executable)
+        if not candidates:
+            raise HtamError(f"direction {direction.key!r} has no applicable local strategy")
+        if cfg.policy == "random" or cfg.policy == "no-local":
+            local = candidates[rng.randrange(len(candidates))]
+        else:
+            local = policy.select_local(candidates, rng, self.settings.local_explore_c)
+        if cfg.policy == "no-local":
+            # The ablation: the generator acts on the global direction only, with no local memory.
+            return _Choice(direction, local if executable is not None else None, [])
+        examples = memory.examples_for(self.store, local.strategy.key, task.op_tags or None)
+        return _Choice(direction, local, examples)
+
+    def _choose_flat(
+        self, task: Task, allowed: list[str], executable: set[str] | None, rng: random.Random
+    ) -> _Choice:
+        """Flat retrieval: the most similar past attempts, no hierarchy; reuse the best one's strategy."""
+        similar = memory.similar_attempts(self.store, task.op_tags, limit=5, exclude_task_key=task.key)
+        usable = [a for a in similar if a.local_key and (executable is None or a.local_key in executable)]
+        pool: list[LocalWithEvidence] = []
+        for key in allowed:
+            pool.extend(self._locals(task, key, executable))
+        by_key = {c.strategy.key: c for c in pool}
+        positive = [a for a in usable if a.positive and a.local_key in by_key]
+        if positive and rng.random() > 0.2:
+            local = by_key[positive[0].local_key]  # type: ignore[index]
+        else:
+            local = pool[rng.randrange(len(pool))]
+        direction = DirectionScore(
+            key=local.strategy.global_key, score=0.0, support=len(similar), probability=0.0
+        )
+        return _Choice(direction, local, similar)
+
+    def _locals(self, task: Task, global_key: str, executable: set[str] | None) -> list[LocalWithEvidence]:
+        found = memory.locals_for(
+            self.store, global_key, language=self.config.language.value, op_tags=task.op_tags or None
+        )
+        if executable is not None:
+            found = [c for c in found if c.strategy.key in executable]
+        return found
+
+    # ------------------------------------------------------------------------------------------- generate
+    def _generate(
+        self,
+        task: Task,
+        step: int,
+        choice: _Choice,
+        result: RunResult,
+        directions: dict[str, GlobalDirection],
+    ) -> GenerationReply:
+        last = result.steps[-1] if result.steps else None
+        request = GenerationRequest(
+            task=task,
+            step=step,
+            direction=directions[choice.direction.key],
+            strategy=choice.local.strategy if choice.local else None,
+            base_source=result.best_source,
+            language=self.config.language,
+            state_summary=state_summary(task, result, last),
+            memory_context=memory_context(choice.local, choice.examples, flat=self.config.policy == "flat"),
+            device=self.config.device,
+            seed=self.config.seed * 1000 + step,
+            precision_policy=self.config.precision_policy,
+        )
+        return self.generator.generate(request)
+
+    # ------------------------------------------------------------------------------------------- evaluate
+    def _evaluate_and_record(
+        self,
+        task: Task,
+        step: int,
+        choice: _Choice,
+        reply: GenerationReply,
+        result: RunResult,
+        history: list[str],
+        prev_attempt: str | None,
+        run_key: str,
+        gpu_arch: str,
+    ) -> StepOutcome:
+        cfg = self.config
+        attempt_key = f"{run_key}-s{step}"
+        evaluation: EvalResult | None = None
+        if reply.source is None:
+            error_kind: ErrorKind | None = ErrorKind.NO_CODE
+            excerpt = reply.error or "the generator returned no code"
+            correct = compiled = False
+            speedup = None
+        else:
+            evaluation = self.evaluator.evaluate(
+                EvalRequest(
+                    task_key=task.key,
+                    task_source=task.source,
+                    candidate_source=reply.source,
+                    device=cfg.device,
+                    shape=cfg.shape,
+                    precision_policy=cfg.precision_policy,
+                    trials=cfg.trials,
+                    timing_runs=cfg.timing_runs,
+                    timeout_s=cfg.timeout_s,
+                    seed=cfg.seed + step,
+                )
+            )
+            error_kind, excerpt = evaluation.error_kind, evaluation.error_excerpt
+            correct, compiled = evaluation.correct, evaluation.compiled
+            speedup = evaluation.speedup_eager_x
+        before = result.best_speedup_x
+        # Wins on degenerate tasks, or timed on the CPU (interpreted Triton), teach nothing about GPU speed:
+        # such attempts are recorded with gain 0 and never count as positive evidence.
+        timed = evaluation is not None and not evaluation.task_degenerate and not evaluation.timing_on_cpu
+        gain = math.log(speedup / before) if correct and timed and speedup and speedup > 0 else 0.0
+        status: Literal["improved", "correct", "failed"]
+        if correct and gain > 0:
+            status = "improved"
+        elif correct:
+            status = "correct"
+        else:
+            status = "failed"
+        adopt_untimed = correct and not timed and result.best_is_reference
+        if (status == "improved" or adopt_untimed) and reply.source is not None:
+            # On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a
+            # real kernel; its speed-up stays unclaimed (1.0) until it is timed on a GPU.
+            result.best_source, result.best_is_reference = reply.source, False
+            result.best_step, result.best_result = step, evaluation
+            if status == "improved":
+                result.best_speedup_x = speedup or before
+        source_hash = hashlib.sha256(reply.source.encode()).hexdigest() if reply.source else None
+        record = AttemptRecord(
+            key=attempt_key,
+            run_key=run_key,
+            task_key=task.key,
+            step=step,
+            global_key=choice.direction.key,
+            local_key=choice.local.strategy.key if choice.local else None,
+            prev_global_key=history[-1] if history else None,
+            prev_attempt_key=prev_attempt,
+            status=status,
+            error_kind=error_kind,
+            compiled=compiled,
+            correct=correct,
+            speedup_x=speedup,
+            gain=gain,
+            runtime_us=evaluation.runtime_us if evaluation else None,
+            gpu_name=evaluation.gpu_name if evaluation else "",
+            gpu_arch=(evaluation.gpu_arch if evaluation else "") or gpu_arch,
+            precision_policy=cfg.precision_policy,
+            kernel_language=evaluation.language if evaluation else None,
+            kernel_source=reply.source,
+            kernel_sha256=source_hash,
+            created_ms=memory.now_ms(),
+        )
+        if cfg.record:
+            memory.record_attempt(self.store, record)
+        return StepOutcome(
+            step=step,
+            global_key=choice.direction.key,
+            local_key=record.local_key,
+            direction_probability=choice.direction.probability,
+            status=status,
+            error_kind=error_kind,
+            error_excerpt=excerpt,
+            speedup_x=speedup,
+            best_speedup_x=result.best_speedup_x,
+            gain=gain,
+            source=reply.source,
+            result=evaluation,
+            usage=reply.usage,
+            attempt_key=attempt_key,
+        )

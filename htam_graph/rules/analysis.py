@@ -1,0 +1,315 @@
+"""Analyse a task's reference forward with torch.fx into a small typed op graph (`htam_graph.rules.ops`).
+
+The model and its inputs are built on the meta device (the task's own sizes, no memory, no arithmetic), traced
+with `torch.fx.symbolic_trace` and shape-propagated. Every call is normalised to a canonical op; anything not in
+the tables (control flow, reductions, views, unknown modules) makes the task not applicable, with the reason:
+the rules never guess.
+
+Scalars that came from numeric model attributes (`self.divisor`) are found by tracing a second copy whose
+numeric attributes hold unique marker values: a constant that changes to a marker is that attribute, so the
+generated code reads `self.divisor` at run time instead of baking the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import types
+import warnings
+from typing import Any
+
+from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.ops import (
+    IGNORED_KWARGS,
+    MODULE_OPS,
+    SIGNATURES,
+    AttrScalar,
+    Const,
+    OpGraph,
+    OpKind,
+    OpNode,
+    Ref,
+    Signature,
+    TensorInfo,
+    Value,
+)
+
+__all__ = ["analyse_source", "load_namespace"]
+
+_MARKER_BASE = 7919.0  # marker i is _MARKER_BASE + i / 512 (exact in binary, unlikely in a task)
+
+
+def load_namespace(source: str, name: str = "task") -> dict[str, Any]:
+    """Execute a task source in a fresh namespace (not registered in sys.modules)."""
+    module = types.ModuleType(name)
+    try:
+        exec(compile(source, f"<task {name}>", "exec"), module.__dict__)  # noqa: S102 - the task is the input
+    except Exception as e:  # the task's own code: any error means "cannot analyse"
+        raise NotApplicable(f"the task source failed to load: {type(e).__name__}: {e}") from e
+    for required in ("Model", "get_inputs", "get_init_inputs"):
+        if required not in module.__dict__:
+            raise NotApplicable(f"the task source defines no {required}")
+    return module.__dict__
+
+
+@functools.lru_cache(maxsize=64)
+def analyse_source(source: str) -> OpGraph:
+    """The op graph of the task's `Model.forward` at the task's own sizes. Raises NotApplicable."""
+    import torch
+
+    namespace = load_namespace(source)
+    with torch.device("meta"):
+        try:
+            init_inputs = list(namespace["get_init_inputs"]())
+            model = namespace["Model"](*init_inputs)
+            inputs = list(namespace["get_inputs"]())
+        except Exception as e:
+            raise NotApplicable(f"building the model on the meta device failed: {type(e).__name__}: {e}") from e
+    gm = _trace(model)
+    try:
+        from torch.fx.passes.shape_prop import ShapeProp
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the task's own module warnings are not ours to raise
+            ShapeProp(gm).propagate(*inputs)
+    except Exception as e:
+        raise NotApplicable(f"shape propagation failed: {type(e).__name__}: {e}") from e
+    graph = _normalise(gm, with_shapes=True)
+    return _with_attribute_scalars(graph, namespace, init_inputs, model)
+
+
+def _trace(model: Any) -> Any:
+    import torch.fx
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fx deprecation chatter is not the task's problem
+            return torch.fx.symbolic_trace(model)
+    except Exception as e:
+        raise NotApplicable(f"torch.fx cannot trace the forward ({type(e).__name__}: {e})") from e
+
+
+# ------------------------------------------------------------------------------------------- normalisation
+def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
+    names: dict[Any, str] = {}
+    inputs: list[TensorInfo] = []
+    attrs: dict[str, TensorInfo] = {}
+    nodes: list[OpNode] = []
+    output: Ref | None = None
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "placeholder":
+            names[fx_node] = str(fx_node.target)
+            shape, dtype = _meta(fx_node, with_shapes)
+            inputs.append(TensorInfo(str(fx_node.target), "input", shape, dtype, len(inputs)))
+        elif fx_node.op == "get_attr":
+            names[fx_node] = str(fx_node.target)
+            attrs[str(fx_node.target)] = _attr_info(gm, str(fx_node.target))
+        elif fx_node.op == "output":
+            value = _value(fx_node.args[0], names)
+            if not isinstance(value, Ref):
+                raise NotApplicable("the forward does not return a single tensor")
+            output = value
+        else:
+            node = _call_node(gm, fx_node, names, attrs, with_shapes)
+            names[fx_node] = node.name
+            nodes.append(node)
+    if output is None:
+        raise NotApplicable("the forward returns nothing")
+    return OpGraph(tuple(inputs), tuple(attrs.values()), tuple(nodes), output)
+
+
+def _meta(fx_node: Any, with_shapes: bool) -> tuple[tuple[int, ...], str]:
+    if not with_shapes:
+        return (), ""
+    meta = fx_node.meta.get("tensor_meta")
+    if meta is None or not hasattr(meta, "shape"):
+        raise NotApplicable(f"{fx_node.name} is not a tensor (non-tensor inputs or outputs are not supported)")
+    return tuple(int(s) for s in meta.shape), str(meta.dtype)
+
+
+def _attr_info(gm: Any, path: str) -> TensorInfo:
+    import torch
+
+    try:
+        value = gm.get_parameter(path)
+        kind = "param"
+    except AttributeError:
+        value = _get_path(gm, path)
+        kind = "buffer"
+    if not isinstance(value, torch.Tensor):
+        raise NotApplicable(f"attribute {path} is not a tensor")
+    return TensorInfo(path, kind, tuple(int(s) for s in value.shape), str(value.dtype))
+
+
+def _get_path(root: Any, path: str) -> Any:
+    obj = root
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _value(arg: Any, names: dict[Any, str]) -> Value:
+    import torch.fx
+
+    if isinstance(arg, torch.fx.Node):
+        return Ref(names[arg])
+    if arg is None or isinstance(arg, bool | int | float | str):
+        return Const(arg)
+    if isinstance(arg, tuple | list) and all(isinstance(a, bool | int | float) for a in arg):
+        return Const(tuple(arg))
+    raise NotApplicable(f"unsupported argument {arg!r} ({type(arg).__name__})")
+
+
+def _call_node(gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], with_shapes: bool) -> OpNode:
+    shape, dtype = _meta(fx_node, with_shapes)
+    if fx_node.op == "call_module":
+        return _module_node(gm, fx_node, names, attrs, shape, dtype)
+    if fx_node.op == "call_function":
+        sig = _function_signature(fx_node.target)
+        origin = f"{getattr(fx_node.target, '__module__', None) or 'torch'}.{fx_node.target.__name__}"
+        args = list(fx_node.args)
+    elif fx_node.op == "call_method":
+        method = str(fx_node.target)
+        sig = SIGNATURES.get(method.rstrip("_")) if method not in ("where",) else None
+        if sig is None:
+            raise NotApplicable(f"unsupported tensor method .{method}()")
+        origin = f"Tensor.{method}"
+        args = list(fx_node.args)
+    else:
+        raise NotApplicable(f"unsupported fx node {fx_node.op}")
+    operands, params = _bind(sig, [_value(a, names) for a in args], {k: _value(v, names) for k, v in fx_node.kwargs.items()})
+    _check_semantics(sig, operands, params)
+    return OpNode(fx_node.name, sig.kind, sig.op, operands, params, shape, dtype, None, origin)
+
+
+def _function_signature(target: Any) -> Signature:
+    """Functions are recognised only when they ARE torch.<name>, torch.nn.functional.<name> or operator.<name>."""
+    import torch
+    import torch.nn.functional as F
+
+    name = getattr(target, "__name__", "")
+    owners = (torch, F, operator, torch.special)
+    if not any(getattr(owner, name, None) is target for owner in owners):
+        raise NotApplicable(f"unsupported function {target!r}")
+    sig = SIGNATURES.get(name)
+    if sig is None:
+        raise NotApplicable(f"unsupported op {name}")
+    return sig
+
+
+def _module_node(
+    gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], shape: tuple[int, ...], dtype: str
+) -> OpNode:
+    path = str(fx_node.target)
+    module = gm.get_submodule(path)
+    cls = type(module)
+    entry = MODULE_OPS.get(cls.__name__)
+    if entry is None or not cls.__module__.startswith("torch.nn.modules"):
+        raise NotApplicable(f"unsupported submodule {path} ({cls.__module__}.{cls.__name__})")
+    if fx_node.kwargs or len(fx_node.args) != 1:
+        raise NotApplicable(f"submodule {path} is called with more than one argument")
+    op, attr_names = entry
+    origin = f"nn.{cls.__name__} {path}"
+    operands: tuple[Value, ...] = (_value(fx_node.args[0], names),)
+    if SIGNATURES[op].kind is OpKind.LIBRARY:
+        for pname in ("weight", "bias"):
+            tensor = getattr(module, pname, None)
+            if tensor is None:
+                operands += (Const(None),)
+                continue
+            attrs[f"{path}.{pname}"] = _attr_info(gm, f"{path}.{pname}")
+            operands += (Ref(f"{path}.{pname}"),)
+        return OpNode(fx_node.name, OpKind.LIBRARY, op, operands, (), shape, dtype, path, origin)
+    params = tuple((a, _module_scalar(module, path, a)) for a in attr_names)
+    sig = SIGNATURES[op]
+    _check_semantics(sig, operands, params)
+    return OpNode(fx_node.name, sig.kind, op, operands, params, shape, dtype, path, origin)
+
+
+def _module_scalar(module: Any, path: str, attr: str) -> Value:
+    value = getattr(module, attr)
+    if isinstance(value, float) and not isinstance(value, bool):
+        return AttrScalar(f"{path}.{attr}", value)
+    return Const(value)
+
+
+def _bind(sig: Signature, args: list[Value], kwargs: dict[str, Value]) -> tuple[tuple[Value, ...], tuple[tuple[str, Value], ...]]:
+    slots = [*sig.operands, *(p for p, _ in sig.params)]
+    if len(args) > len(slots):
+        raise NotApplicable(f"{sig.op}: unexpected extra positional arguments")
+    bound: dict[str, Value] = dict(zip(slots, args, strict=False))
+    fixed = dict(sig.fixed)
+    for key, value in kwargs.items():
+        if key in IGNORED_KWARGS:
+            continue
+        if key in fixed:
+            if not (isinstance(value, Const) and value.value == fixed[key]):
+                raise NotApplicable(f"{sig.op}: {key}={value} is not supported")
+            continue
+        if key not in slots or key in bound:
+            raise NotApplicable(f"{sig.op}: unsupported keyword argument {key}")
+        bound[key] = value
+    required = len(sig.operands) - sig.optional_operands
+    operands: list[Value] = []
+    for i, slot in enumerate(sig.operands):
+        if slot not in bound and i < required:
+            raise NotApplicable(f"{sig.op}: missing operand {slot}")
+        operands.append(bound.get(slot, Const(None)))
+    params = tuple((p, bound.get(p, Const(default))) for p, default in sig.params)
+    return tuple(operands), params
+
+
+def _check_semantics(sig: Signature, operands: tuple[Value, ...], params: tuple[tuple[str, Value], ...]) -> None:
+    """Reject calls whose name is elementwise but whose arguments make them something else."""
+    if sig.op in ("max", "min") and not isinstance(operands[1], Ref):
+        raise NotApplicable(f"torch.{sig.op}(x, {operands[1]}) is a reduction over a dimension, not elementwise")
+    if sig.kind is OpKind.SOFTMAX and dict(params)["dim"] == Const(None):
+        raise NotApplicable(f"{sig.op} without an explicit dim")
+
+
+# ------------------------------------------------------------------------------------------- attribute scalars
+def _root_scalars(model: Any) -> list[tuple[str, float | int]]:
+    return [
+        (k, v)
+        for k, v in vars(model).items()
+        if not k.startswith("_") and k != "training" and type(v) in (int, float)
+    ]
+
+
+def _with_attribute_scalars(graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any) -> OpGraph:
+    """Replace constants that are root numeric attributes by AttrScalar (see the module docstring)."""
+    import dataclasses
+
+    import torch
+
+    scalars = _root_scalars(model)
+    graph = dataclasses.replace(graph, scalar_attrs=tuple(scalars))
+    if not scalars:
+        return graph
+    markers = {_MARKER_BASE + i / 512: name for i, (name, _) in enumerate(scalars)}
+    with torch.device("meta"):
+        twin = namespace["Model"](*init_inputs)
+    for marker, name in markers.items():
+        setattr(twin, name, marker)
+    try:
+        marked = _normalise(_trace(twin), with_shapes=False)
+    except NotApplicable:
+        return graph  # the attributes change the structure: keep the constants as traced
+    if [(n.op, n.kind) for n in marked.nodes] != [(n.op, n.kind) for n in graph.nodes]:
+        return graph
+    nodes = tuple(_mark_node(n, m, markers) for n, m in zip(graph.nodes, marked.nodes, strict=True))
+    return dataclasses.replace(graph, nodes=nodes)
+
+
+def _mark_node(node: OpNode, marked: OpNode, markers: dict[float, str]) -> OpNode:
+    import dataclasses
+
+    def mark(original: Value, twin: Value) -> Value:
+        if isinstance(original, Const) and isinstance(twin, Const) and twin.value in markers:
+            assert isinstance(original.value, int | float)
+            return AttrScalar(markers[twin.value], original.value)  # type: ignore[index]
+        return original
+
+    operands = tuple(mark(a, b) for a, b in zip(node.operands, marked.operands, strict=True))
+    params = tuple((k, mark(a, b)) for (k, a), (_, b) in zip(node.params, marked.params, strict=True))
+    return dataclasses.replace(node, operands=operands, params=params)

@@ -1,0 +1,130 @@
+"""Shared types of the offline rule generator: applicability, kernel configurations, the recipe protocol.
+
+A recipe is an executable local strategy: it checks whether it applies to a task's analysed forward and, if so,
+writes a standalone `ModelNew` source with real Triton kernels. Every generated file starts with one
+machine-readable header line (`# htam-rules: {...}`) naming the recipe and the `KernelConfig` it was written
+with, so a tuning recipe can re-emit the current best kernel with another configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Protocol
+
+from htam_graph.errors import HtamError
+
+if TYPE_CHECKING:
+    from htam_graph.rules.analysis import OpGraph
+    from htam_graph.rules.skeleton import ModelSkeleton
+
+HEADER_PREFIX = "# htam-rules: "
+_HEADER_RE = re.compile(r"^# htam-rules: (\{.*\})\s*$", re.MULTILINE)
+
+
+class NotApplicable(HtamError):
+    """A recipe (or the analysis it needs) does not apply to a task; the message says why."""
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """Whether a recipe applies to a task, and why not. Truthy when it applies."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls) -> Applicability:
+        return cls(True, "")
+
+    @classmethod
+    def no(cls, reason: str) -> Applicability:
+        return cls(False, reason)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Launch parameters a generated kernel is written with (what tuning recipes vary).
+
+    `block`: elements per program (elementwise) or the chunk width of a looped row reduction.
+    `num_warps`: warps per program. `vector_hints`: emit `tl.multiple_of`/`tl.max_contiguous` hints on the
+    flat offsets so loads and stores vectorise. `max_single_block`: the widest row a row kernel holds in
+    registers in one block; longer rows use the looped (online) kernel.
+    """
+
+    block: int = 1024
+    num_warps: int = 4
+    vector_hints: bool = False
+    max_single_block: int = 16384
+
+    def __post_init__(self) -> None:
+        for name in ("block", "max_single_block"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"KernelConfig.{name} must be a power of two >= 16, got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"KernelConfig.num_warps must be a power of two <= 32, got {self.num_warps}")
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> KernelConfig:
+        """Build from a header's `config` object; unknown keys are ignored, bad values raise ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError("config is not an object")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class RulesHeader:
+    """What the `# htam-rules:` line of a generated source says."""
+
+    recipe: str
+    config: KernelConfig
+
+
+def header_line(recipe_key: str, config: KernelConfig) -> str:
+    """The machine-readable first line of a generated source."""
+    return HEADER_PREFIX + json.dumps({"recipe": recipe_key, "config": config.to_json()}, sort_keys=True)
+
+
+def parse_header(source: str) -> RulesHeader | None:
+    """The header of a rules-generated source; None when the source was not written by a recipe."""
+    match = _HEADER_RE.search(source)
+    if match is None:
+        return None
+    try:
+        data = json.loads(match.group(1))
+        return RulesHeader(recipe=str(data["recipe"]), config=KernelConfig.from_json(data["config"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task as the recipes see it: its analysed forward and the parts of its source ModelNew reuses."""
+
+    task_key: str
+    graph: OpGraph
+    skeleton: ModelSkeleton
+
+
+class Recipe(Protocol):
+    """An executable local strategy."""
+
+    key: str  # the LocalStrategy key it implements, e.g. fusion.elementwise_chain
+    default_config: KernelConfig
+
+    def check(self, view: TaskView) -> Applicability:
+        """Whether this recipe can rewrite the task (never guesses: unknown ops make it not applicable)."""
+        ...
+
+    def emit(self, view: TaskView, config: KernelConfig) -> str:
+        """The complete ModelNew source; only called after `check` said yes. Raises NotApplicable otherwise."""
+        ...

@@ -1,0 +1,248 @@
+"""The typed op graph the recipes read, and the signatures that map torch.fx calls onto it.
+
+Values are references to tensors (`Ref`), literal constants (`Const`) or scalars read from a module attribute
+at run time (`AttrScalar`, e.g. `self.divisor` or `self.leaky_relu.negative_slope`), so generated code reads
+the attribute instead of baking its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor: a forward input, a parameter/buffer (by attribute path) or an op node (by fx name)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal the forward baked in (number, bool, string, None or a tuple of those)."""
+
+    value: object
+
+
+@dataclass(frozen=True)
+class AttrScalar:
+    """A number read from a module attribute (`path` is relative to the model: `divisor`, `act.negative_slope`)."""
+
+    path: str
+    value: float | int
+
+
+Value = Ref | Const | AttrScalar
+
+
+def number(value: Value) -> float | int | None:
+    """The numeric value of a Const/AttrScalar (None for tensors, strings and None)."""
+    if isinstance(value, AttrScalar):
+        return value.value
+    if isinstance(value, Const) and isinstance(value.value, int | float) and not isinstance(value.value, bool):
+        return value.value
+    return None
+
+
+class OpKind(StrEnum):
+    """What a recipe can do with a node."""
+
+    ELEMENTWISE = "elementwise"
+    LIBRARY = "library"  # conv*, conv_transpose*, linear, matmul/mm/bmm: kept as the library call
+    SOFTMAX = "softmax"  # softmax / log_softmax
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor leaf of the graph: a forward input or a parameter/buffer of the model."""
+
+    name: str  # the graph name (input name, or the attribute path for parameters)
+    kind: str  # "input" | "param" | "buffer"
+    shape: tuple[int, ...]
+    dtype: str  # e.g. "torch.float32"
+    index: int = -1  # position in forward's arguments (inputs only)
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One call of the forward, normalised to a canonical op name with bound operands and parameters."""
+
+    name: str
+    kind: OpKind
+    op: str
+    operands: tuple[Value, ...]
+    params: tuple[tuple[str, Value], ...] = ()
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    module_path: str | None = None  # set when the call was a submodule (`self.conv(x)`)
+    origin: str = ""  # what the forward wrote, for comments (e.g. "nn.LeakyReLU leaky_relu")
+
+    def param(self, name: str) -> Value:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise KeyError(f"{self.op} has no parameter {name!r}")
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """The analysed forward: leaves, calls in execution order, and the returned value."""
+
+    inputs: tuple[TensorInfo, ...]
+    attrs: tuple[TensorInfo, ...]
+    nodes: tuple[OpNode, ...]
+    output: Ref
+    scalar_attrs: tuple[tuple[str, float | int], ...] = field(default=())  # root numeric attributes
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        for info in (*self.inputs, *self.attrs):
+            if info.name == name:
+                return info
+        return None
+
+    def node(self, name: str) -> OpNode | None:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        return None
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        info = self.tensor(name)
+        if info is not None:
+            return info.shape
+        node = self.node(name)
+        if node is None:
+            raise KeyError(name)
+        return node.shape
+
+    def users(self, name: str) -> list[OpNode]:
+        return [n for n in self.nodes if any(isinstance(v, Ref) and v.name == name for v in _values(n))]
+
+    def describe(self) -> str:
+        """A one-line-per-node text form (for logs and error messages)."""
+        lines = [f"input {i.name}{list(i.shape)}" for i in self.inputs]
+        lines += [f"{i.kind} {i.name}{list(i.shape)}" for i in self.attrs]
+        lines += [f"{n.name} = {n.op}({', '.join(map(_show, n.operands))}) {list(n.shape)}" for n in self.nodes]
+        lines.append(f"return {self.output.name}")
+        return "\n".join(lines)
+
+
+def _values(node: OpNode) -> tuple[Value, ...]:
+    return (*node.operands, *(v for _, v in node.params))
+
+
+def _show(value: Value) -> str:
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, AttrScalar):
+        return f"self.{value.path}={value.value}"
+    return repr(value.value)
+
+
+# ------------------------------------------------------------------------------------------- signatures
+@dataclass(frozen=True)
+class Signature:
+    """How to bind one call's args/kwargs: operand slots, scalar parameters with defaults, fixed values."""
+
+    op: str
+    kind: OpKind
+    operands: tuple[str, ...]
+    params: tuple[tuple[str, object], ...] = ()
+    fixed: tuple[tuple[str, object], ...] = ()  # parameters that must keep this value (alpha=1, dtype=None)
+    optional_operands: int = 0  # trailing operand slots that may be omitted (bias=None)
+
+
+_EW = OpKind.ELEMENTWISE
+_UNARY = (
+    "neg abs exp log sqrt rsqrt sigmoid tanh relu relu6 hardswish hardsigmoid mish selu softsign silu erf square"
+).split()
+_BINARY = "mul maximum minimum max min gt lt ge le eq ne".split()
+_CONV_PARAMS = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
+_CONVT_PARAMS = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
+
+
+def _signatures() -> dict[str, Signature]:
+    table: dict[str, Signature] = {name: Signature(name, _EW, ("input",)) for name in _UNARY}
+    table.update({name: Signature(name, _EW, ("input", "other")) for name in _BINARY})
+    table.update(
+        {
+            "add": Signature("add", _EW, ("input", "other"), fixed=(("alpha", 1),)),
+            "sub": Signature("sub", _EW, ("input", "other"), fixed=(("alpha", 1),)),
+            "truediv": Signature("truediv", _EW, ("input", "other"), fixed=(("rounding_mode", None),)),
+            "pow": Signature("pow", _EW, ("input", "exponent")),
+            "where": Signature("where", _EW, ("condition", "input", "other")),
+            "clamp": Signature("clamp", _EW, ("input",), (("min", None), ("max", None))),
+            "clamp_min": Signature("clamp", _EW, ("input",), (("min", None),)),
+            "clamp_max": Signature("clamp", _EW, ("input",), (("max", None),)),
+            "leaky_relu": Signature("leaky_relu", _EW, ("input",), (("negative_slope", 0.01),)),
+            "hardtanh": Signature("hardtanh", _EW, ("input",), (("min_val", -1.0), ("max_val", 1.0))),
+            "gelu": Signature("gelu", _EW, ("input",), (("approximate", "none"),)),
+            "softplus": Signature("softplus", _EW, ("input",), (("beta", 1.0), ("threshold", 20.0))),
+            "elu": Signature("elu", _EW, ("input",), (("alpha", 1.0),)),
+            "softmax": Signature("softmax", OpKind.SOFTMAX, ("input",), (("dim", None),), (("dtype", None),)),
+            "log_softmax": Signature(
+                "log_softmax", OpKind.SOFTMAX, ("input",), (("dim", None),), (("dtype", None),)
+            ),
+            "linear": Signature("linear", OpKind.LIBRARY, ("input", "weight", "bias"), optional_operands=1),
+            "matmul": Signature("matmul", OpKind.LIBRARY, ("input", "other")),
+            "mm": Signature("mm", OpKind.LIBRARY, ("input", "other")),
+            "bmm": Signature("bmm", OpKind.LIBRARY, ("input", "other")),
+        }
+    )
+    for dims in (1, 2, 3):
+        table[f"conv{dims}d"] = Signature(
+            f"conv{dims}d", OpKind.LIBRARY, ("input", "weight", "bias"), _CONV_PARAMS, optional_operands=1
+        )
+        table[f"conv_transpose{dims}d"] = Signature(
+            f"conv_transpose{dims}d", OpKind.LIBRARY, ("input", "weight", "bias"), _CONVT_PARAMS, optional_operands=1
+        )
+    aliases = {
+        "div": "truediv",
+        "divide": "truediv",
+        "true_divide": "truediv",
+        "multiply": "mul",
+        "subtract": "sub",
+        "negative": "neg",
+        "absolute": "abs",
+        "clip": "clamp",
+        "greater": "gt",
+        "less": "lt",
+        "special_erf": "erf",
+    }
+    table.update({alias: table[name] for alias, name in aliases.items()})
+    return table
+
+
+SIGNATURES: dict[str, Signature] = _signatures()
+
+# Keyword arguments that never change the value computed (in-place variants compute the same result).
+IGNORED_KWARGS = frozenset({"inplace", "_stacklevel"})
+
+# nn.Module classes (by exact class name in torch.nn) -> (canonical op, attribute params read from the module).
+MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ReLU": ("relu", ()),
+    "ReLU6": ("relu6", ()),
+    "Sigmoid": ("sigmoid", ()),
+    "Tanh": ("tanh", ()),
+    "GELU": ("gelu", ("approximate",)),
+    "LeakyReLU": ("leaky_relu", ("negative_slope",)),
+    "Hardtanh": ("hardtanh", ("min_val", "max_val")),
+    "Hardswish": ("hardswish", ()),
+    "Hardsigmoid": ("hardsigmoid", ()),
+    "Mish": ("mish", ()),
+    "Softplus": ("softplus", ("beta", "threshold")),
+    "ELU": ("elu", ("alpha",)),
+    "SELU": ("selu", ()),
+    "Softsign": ("softsign", ()),
+    "SiLU": ("silu", ()),
+    "Softmax": ("softmax", ("dim",)),
+    "LogSoftmax": ("log_softmax", ("dim",)),
+    "Linear": ("linear", ()),
+    "Conv1d": ("conv1d", ()),
+    "Conv2d": ("conv2d", ()),
+    "Conv3d": ("conv3d", ()),
+    "ConvTranspose1d": ("conv_transpose1d", ()),
+    "ConvTranspose2d": ("conv_transpose2d", ()),
+    "ConvTranspose3d": ("conv_transpose3d", ()),
+}

@@ -1,0 +1,25 @@
+"""The recipe library: one module per executable local strategy, registered here by key."""
+
+from __future__ import annotations
+
+from htam_graph.rules.base import Recipe
+from htam_graph.rules.recipes.elementwise_chain import ElementwiseChain
+from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
+from htam_graph.rules.recipes.row_softmax import RowSoftmax
+from htam_graph.rules.recipes.tuning import TuningRecipe, tuning_recipes
+
+__all__ = ["base_recipes", "default_recipes", "TuningRecipe"]
+
+
+def base_recipes() -> dict[str, Recipe]:
+    """Recipes that write a kernel from the task alone, by local key (in preference order)."""
+    recipes: list[Recipe] = [ElementwiseChain(), LibraryEpilogue(), RowSoftmax()]
+    return {r.key: r for r in recipes}
+
+
+def default_recipes() -> dict[str, Recipe | TuningRecipe]:
+    """Every recipe, by local key: the base recipes, then the tuning recipes over them."""
+    bases = base_recipes()
+    registry: dict[str, Recipe | TuningRecipe] = dict(bases)
+    registry.update({t.key: t for t in tuning_recipes(bases)})
+    return registry

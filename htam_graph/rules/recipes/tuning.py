@@ -1,0 +1,95 @@
+"""Tuning recipes: re-emit the current best rules kernel with another launch configuration.
+
+`parallelism.block_size_tuning` varies BLOCK / num_warps (and, for row kernels, the register-row limit);
+`memory_access.vectorized_loads` adds contiguity hints and picks configurations with 4-16 contiguous fp32
+elements per thread (128-bit accesses or more). The base kernel is read from the `# htam-rules:` header of the
+request's base source; when the base was not written by a recipe, the first base recipe that applies is used.
+The next configuration is chosen deterministically from the ladder by (step + seed), skipping the current one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, Recipe, TaskView, parse_header
+
+BLOCK_SIZE_TUNING = "parallelism.block_size_tuning"
+VECTORIZED_LOADS = "memory_access.vectorized_loads"
+
+_ELEMENTWISE_BASES = ("fusion.elementwise_chain", "fusion.library_epilogue")
+_ROW_BASES = ("reduction_structure.row_softmax",)
+
+_ELEMENTWISE_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w) for b, w in ((1024, 4), (2048, 8), (4096, 8), (512, 4), (2048, 4), (256, 2), (8192, 16))
+)
+_ROW_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w, max_single_block=m)
+    for b, w, m in ((2048, 8, 16384), (4096, 8, 16384), (4096, 16, 16384), (1024, 4, 16384), (8192, 16, 16384), (2048, 8, 8192), (4096, 16, 32768))
+)
+_VECTOR_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w, vector_hints=True) for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
+)
+
+
+@dataclass(frozen=True)
+class TunedSource:
+    """What a tuning recipe decided: which base recipe re-emits, with which configuration, and a note."""
+
+    base: Recipe
+    config: KernelConfig
+    note: str
+
+
+class TuningRecipe:
+    """A recipe that re-emits a base recipe's kernel with another configuration from a ladder."""
+
+    def __init__(self, key: str, ladders: dict[str, tuple[KernelConfig, ...]], bases: dict[str, Recipe]) -> None:
+        self.key = key
+        self._ladders = ladders
+        self._bases = {k: bases[k] for k in ladders if k in bases}
+        self.default_config = KernelConfig()
+
+    def check(self, view: TaskView) -> Applicability:
+        reasons = []
+        for base in self._bases.values():
+            verdict = base.check(view)
+            if verdict:
+                return Applicability.yes()
+            reasons.append(f"{base.key}: {verdict.reason}")
+        return Applicability.no("no kernel to tune (" + "; ".join(reasons) + ")")
+
+    def choose(self, view: TaskView, base_source: str, step: int, seed: int) -> TunedSource:
+        """Pick the base recipe and the next configuration. Raises NotApplicable."""
+        header = parse_header(base_source)
+        base: Recipe | None = None
+        current: KernelConfig | None = None
+        if header is not None and header.recipe in self._bases and self._bases[header.recipe].check(view):
+            base, current = self._bases[header.recipe], header.config
+        else:
+            base = next((b for b in self._bases.values() if b.check(view)), None)
+            if base is None:
+                raise NotApplicable(self.check(view).reason)
+            current = base.default_config
+        ladder = self._ladders[base.key]
+        candidates = [c for c in ladder if c != current]
+        config = candidates[(step + seed) % len(candidates)]
+        note = f"Tuned by {self.key}: {_show(current)} -> {_show(config)}."
+        return TunedSource(base, config, note)
+
+    def emit(self, view: TaskView, config: KernelConfig) -> str:
+        """Tuning needs the base source; use `choose` and the base recipe (the generator does)."""
+        raise NotApplicable(f"{self.key} re-emits a base kernel: call choose() with the base source")
+
+
+def _show(config: KernelConfig) -> str:
+    text = f"BLOCK={config.block}, num_warps={config.num_warps}"
+    if config.vector_hints:
+        text += ", vector hints"
+    return text
+
+
+def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
+    """The tuning recipes over the given base recipes."""
+    block_ladders = {k: _ELEMENTWISE_LADDER for k in _ELEMENTWISE_BASES} | {k: _ROW_LADDER for k in _ROW_BASES}
+    vector_ladders = {k: _VECTOR_LADDER for k in _ELEMENTWISE_BASES}
+    return [TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases), TuningRecipe(VECTORIZED_LOADS, vector_ladders, bases)]

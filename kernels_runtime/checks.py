@@ -1,0 +1,249 @@
+"""Output and input checks of one candidate call (pure functions on tensors; no process or timing logic).
+
+Each function returns None when the check passes and a short reason when it fails, so the harness can record
+the reason under the check's name in `EvalResult.checks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = [
+    "Comparison",
+    "compare_outputs",
+    "flatten",
+    "clone_inputs",
+    "inputs_changed",
+    "plain_tensor_problem",
+    "bitwise_equal",
+    "degenerate_reason",
+    "poison_allocator",
+]
+
+_NONFLOAT_EXACT = "exact"
+
+
+def flatten(value: Any) -> list[Any]:
+    """Leaves of a (nested) tuple/list output, in order; a single value is one leaf."""
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for item in value:
+            out.extend(flatten(item))
+        return out
+    return [value]
+
+
+def _tensors(values: Sequence[Any]) -> Iterator[torch.Tensor]:
+    for v in flatten(list(values)):
+        if isinstance(v, torch.Tensor):
+            yield v
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """Fresh copies of every tensor input (other values are passed through): each call gets its own storage."""
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and values, NaN equal to NaN at the same positions."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        return bool(same.all().item())
+    return bool(torch.equal(a, b))
+
+
+def inputs_changed(before: Sequence[Any], after: Sequence[Any]) -> str | None:
+    """Which tensor input the candidate modified in place (pitfall 2), or None."""
+    for i, (a, b) in enumerate(zip(before, after, strict=True)):
+        if isinstance(a, torch.Tensor) and not bitwise_equal(a, b):
+            return f"input #{i} was modified in place by the candidate"
+    return None
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def plain_tensor_problem(out: Any, inputs: Sequence[Any], device: torch.device) -> str | None:
+    """Why a candidate output is not a plain, materialised tensor of its own (pitfalls 1, 5), or None.
+
+    Every leaf must be exactly `torch.Tensor` (no subclass, fake, lazy or meta tensor), on the evaluated
+    device, with a real storage pointer, and must not share storage with any input.
+    """
+    leaves = flatten(out)
+    if not leaves:
+        return "the candidate returned an empty tuple"
+    input_spans = [_storage_span(t) for t in _tensors(inputs) if t.numel() > 0]
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            continue  # non-tensor leaves are compared by value
+        if type(leaf) is not torch.Tensor:
+            return f"output #{i} is a {type(leaf).__module__}.{type(leaf).__qualname__}, not a plain torch.Tensor"
+        if leaf.is_meta or leaf.device.type != device.type:
+            return f"output #{i} is on {leaf.device}, expected {device.type}"
+        if leaf.numel() == 0:
+            continue
+        try:
+            start, end = _storage_span(leaf)
+        except Exception as e:  # a tensor without data (e.g. a functional or sparse wrapper)
+            return f"output #{i} has no readable storage ({type(e).__name__})"
+        if start == 0:
+            return f"output #{i} has no storage (data_ptr 0)"
+        for j, (s, e) in enumerate(input_spans):
+            if start < e and s < end:
+                return f"output #{i} shares memory with input #{j} (a view or in-place result)"
+    return None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Outcome of comparing a candidate output with the reference output."""
+
+    ok: bool
+    reason: str = ""
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+
+
+def _compare_tensor(i: int, out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> Comparison:
+    if out.shape != ref.shape:
+        return Comparison(False, f"output #{i} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return Comparison(False, f"output #{i} has dtype {out.dtype}, expected {ref.dtype}")
+    if out.numel() == 0:
+        return Comparison(True)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        ok = bool(torch.equal(out.to(ref.device), ref))
+        return Comparison(ok, "" if ok else f"output #{i} differs (exact comparison of {ref.dtype})")
+    out64 = out.to(device=ref.device, dtype=torch.float64)
+    ref64 = ref.to(torch.float64)
+    ref_finite = torch.isfinite(ref64)
+    # Where the reference is finite the candidate must be finite (NaN/Inf never pass); where the reference itself
+    # is non-finite (degenerate task, reported separately) the candidate must match it exactly.
+    bad_nonfinite = (~torch.isfinite(out64) & ref_finite) | (~ref_finite & ~bitwise_mask(out64, ref64))
+    diff = (out64 - ref64).abs().where(ref_finite, torch.zeros_like(ref64))
+    diff = diff.nan_to_num(nan=float("inf"))
+    max_abs = float(diff.max().item())
+    max_rel = float((diff / (ref64.abs() + atol)).where(ref_finite, torch.zeros_like(ref64)).max().item())
+    if bool(bad_nonfinite.any().item()):
+        n = int(bad_nonfinite.sum().item())
+        return Comparison(
+            False, f"output #{i} has {n} NaN/Inf values where the reference is finite", max_abs, max_rel
+        )
+    within = diff <= atol + rtol * ref64.abs()
+    if not bool(within.all().item()):
+        n = int((~within).sum().item())
+        return Comparison(
+            False,
+            f"output #{i}: {n}/{ref.numel()} elements outside rtol={rtol:g} atol={atol:g} (max abs err {max_abs:.3g})",
+            max_abs,
+            max_rel,
+        )
+    return Comparison(True, "", max_abs, max_rel)
+
+
+def bitwise_mask(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise: equal, or both NaN."""
+    return (a == b) | (torch.isnan(a) & torch.isnan(b))
+
+
+def compare_outputs(out: Any, ref: Any, rtol: float, atol: float) -> Comparison:
+    """Compare (possibly tuple) outputs: same structure, dtype and shape; values within tolerance."""
+    outs, refs = flatten(out), flatten(ref)
+    if len(outs) != len(refs):
+        return Comparison(False, f"the candidate returned {len(outs)} outputs, the reference {len(refs)}")
+    worst = Comparison(True)
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        if isinstance(r, torch.Tensor):
+            if not isinstance(o, torch.Tensor):
+                return Comparison(False, f"output #{i} is a {type(o).__name__}, expected a tensor")
+            c = _compare_tensor(i, o, r, rtol, atol)
+        else:
+            same = type(o) is type(r) and (
+                o == r or (isinstance(r, float) and abs(o - r) <= atol + rtol * abs(r))
+            )
+            c = Comparison(bool(same), "" if same else f"output #{i} is {o!r}, expected {r!r}")
+        if not c.ok:
+            return c
+        worst = Comparison(
+            True, "", max(worst.max_abs_err, c.max_abs_err), max(worst.max_rel_err, c.max_rel_err)
+        )
+    return worst
+
+
+def _within(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
+    a64, b64 = a.double(), b.double()
+    return bool(((a64 - b64).abs() <= atol + rtol * b64.abs()).all().item())
+
+
+def degenerate_reason(
+    first_out: Any,
+    samples: Sequence[Sequence[torch.Tensor]],
+    first_inputs: Sequence[Any],
+    rtol: float,
+    atol: float,
+) -> str | None:
+    """Why a task's reference outputs make correctness meaningless (pitfalls 8, 9), or None.
+
+    `first_out` is the reference output of the first trial on `first_inputs`; `samples[k]` a fixed strided
+    sample of trial k's output (different seeds). Degenerate: a non-finite reference; every output inside the
+    tolerance of zero or of its own mean (a constant would pass); the samples of different seeds inside each
+    other's tolerance (the output does not depend on the inputs); or an output bit-equal to an input.
+    """
+    first = [t for t in flatten(first_out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not first:
+        return (
+            None  # integer outputs (argmin, ...) are compared exactly; a constant there is still informative
+        )
+    if any(not bool(torch.isfinite(t).all().item()) for t in first):
+        return "the reference output contains NaN/Inf"
+    if all(_within(torch.zeros_like(t), t, rtol, atol) for t in first):
+        return "the reference output is within tolerance of zeros (a zero output would pass)"
+    if all(
+        t.numel() > 1 and _within(torch.full_like(t, t.double().mean().item()), t, rtol, atol) for t in first
+    ):
+        return "the reference output is within tolerance of a constant"
+    if len(samples) > 1 and all(
+        len(other) == len(samples[0])
+        and all(
+            a.shape == b.shape and _within(a, b, rtol, atol) for a, b in zip(other, samples[0], strict=True)
+        )
+        for other in samples[1:]
+    ):
+        return "the reference output does not depend on the inputs (same across seeds)"
+    for t in first:
+        for j, x in enumerate(_tensors(first_inputs)):
+            if x.shape == t.shape and x.dtype == t.dtype and bitwise_equal(x.to(t.device), t):
+                return f"the reference output equals input #{j} (the op is the identity on these inputs)"
+    return None
+
+
+def poison_allocator(device: torch.device, nbytes: int, value: float = float("nan")) -> None:
+    """Fill fresh memory with `value` and free it, so blocks the candidate allocates next hold poison (pitfalls 1, 16).
+
+    On CUDA the caching allocator is emptied first (so no cached block still holds an old result), then one large
+    block and a few small-pool blocks are filled and released back into the cache, where the candidate's
+    `empty`/`empty_like` allocations are carved from. On the CPU the same sizes are filled and freed so that
+    malloc's recycled chunks hold poison (best effort: glibc may hand out fresh zero pages instead).
+    """
+    nbytes = max(int(nbytes), 1 << 20)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free, _ = torch.cuda.mem_get_info()
+        nbytes = min(nbytes, int(free * 0.5))
+    blocks = [torch.empty(nbytes // 4, dtype=torch.float32, device=device)]
+    blocks += [torch.empty((256 << 10) // 4, dtype=torch.float32, device=device) for _ in range(8)]
+    for b in blocks:
+        b.fill_(value)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    del blocks

@@ -1,0 +1,324 @@
+"""`SubprocessEvaluator`: the `Evaluator` port, one fresh child process per candidate (evaluation.md pitfall 19).
+
+The caller never runs candidate code. Each evaluation spawns `python -m htam_graph.kernels_runtime.worker` in its
+own session/process group with the request on stdin; the verdict comes back through a result file (stdout is the
+candidate's). A hard per-request timeout kills the whole group (`os.killpg`), so hangs, segfaults, CUDA faults
+and OOM kills cost one attempt and come back classified:
+
+- `timeout`: the request ran past `timeout_s` (the group was killed);
+- `crash`: the worker died (signal, or exit without a verdict) after it started running the candidate;
+- `infra_error`: the worker could not be spawned, failed before it was ready (import failure), or returned a
+  result that is unreadable, unsigned (wrong nonce) or invalid — never blamed on the candidate.
+
+This module imports no torch: the parent stays light and cannot be touched by the candidate's CUDA state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from htam_graph.kernels_runtime.paths import extension_dir
+from htam_graph.kernels_runtime.precheck import precheck
+from htam_graph.kernels_runtime.recorder import tolerances
+from htam_graph.kernels_runtime.static_checks import analyse
+from htam_graph.model import ErrorKind, EvalRequest, EvalResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SubprocessEvaluator", "WorkerRun", "default_cache_dir"]
+
+_POLL_S = 0.05
+_TAIL = 1500
+
+
+def default_cache_dir() -> Path:
+    """A per-user cache for torch extensions and Triton (created on first use, not at import)."""
+    return Path(tempfile.gettempdir()) / f"htam-graph-runtime-{os.getuid()}"
+
+
+def failure_result(
+    req: EvalRequest, kind: ErrorKind, excerpt: str, wall_s: float | None = None
+) -> EvalResult:
+    """A result for a request whose worker gave no verdict (timeout, crash, infra)."""
+    rtol, atol = tolerances(req)
+    try:
+        language = analyse(req.candidate_source, req.precision_policy, False).language
+    except Exception:  # the static pass never raises on bad code, but this path must not fail either
+        language = None
+    return EvalResult(
+        compiled=False, correct=False, error_kind=kind, error_excerpt=excerpt[:2000], device=req.device,
+        timing_on_cpu=req.device == "cpu", precision_policy=req.precision_policy, rtol=rtol, atol=atol,
+        shape_variant=req.shape, language=language, wall_s=wall_s,
+    )  # fmt: skip
+
+
+def _tail(path: Path, limit: int = _TAIL) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode("utf-8", "replace").strip()
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+@dataclass
+class WorkerRun:
+    """Files of one worker process."""
+
+    dir: Path
+    nonce: str
+
+    @property
+    def result(self) -> Path:
+        return self.dir / "result.jsonl"
+
+    @property
+    def progress(self) -> Path:
+        return self.dir / "progress.txt"
+
+    @property
+    def stdout(self) -> Path:
+        return self.dir / "stdout.txt"
+
+    @property
+    def stderr(self) -> Path:
+        return self.dir / "stderr.txt"
+
+    def progress_lines(self) -> list[str]:
+        try:
+            return self.progress.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+
+    def results(self) -> dict[int, Any]:
+        """Complete, nonce-signed result lines by index; a malformed or unsigned line maps to None."""
+        out: dict[int, Any] = {}
+        try:
+            text = self.result.read_text(encoding="utf-8")
+        except OSError:
+            return out
+        for line in text.splitlines(keepends=True):
+            if not line.endswith("\n"):
+                continue  # still being written
+            try:
+                row = json.loads(line)
+                index = int(row["index"])
+            except (ValueError, KeyError, TypeError):
+                out[-1] = None
+                continue
+            out[index] = row.get("result") if row.get("nonce") == self.nonce else None
+        return out
+
+
+class SubprocessEvaluator:
+    """Evaluates candidates in fresh child processes; see the module docstring for the classification."""
+
+    def __init__(
+        self, cache_dir: Path | None = None, python: str | None = None, keep_dirs: bool = False
+    ) -> None:
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.python = python or sys.executable
+        self.keep_dirs = keep_dirs
+
+    # ------------------------------------------------------------------ public API
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        """One candidate in one fresh worker. Never raises for anything the candidate does."""
+        start = time.perf_counter()
+        rejected = precheck(request)
+        if rejected is not None:
+            return rejected.model_copy(update={"wall_s": time.perf_counter() - start})
+        result = self._run([request], "eval")[0]
+        return result.model_copy(update={"wall_s": time.perf_counter() - start})
+
+    def evaluate_many(self, requests: Sequence[EvalRequest], reuse_worker: bool = False) -> list[EvalResult]:
+        """Evaluate several requests. Default: one fresh worker each (untrusted candidates).
+
+        `reuse_worker=True` runs them in one worker, one after the other, and is allowed only when every request
+        is on the trusted reference track (`candidate_kind="reference"`): it saves the ~3 s torch import per task
+        when sweeping references (e.g. all tasks at smoke shapes), where no candidate could poison the process.
+        A timeout or crash still kills only that worker; the remaining requests continue in a new one.
+        """
+        if not reuse_worker:
+            return [self.evaluate(r) for r in requests]
+        if any(r.candidate_kind != "reference" for r in requests):
+            raise ValueError("reuse_worker is only for candidate_kind='reference' requests (trusted code)")
+        if len({r.device for r in requests}) > 1:
+            raise ValueError("reuse_worker needs all requests on one device")
+        return self._run(list(requests), "eval")
+
+    def compile_outcomes(self, requests: Sequence[EvalRequest]) -> list[dict[str, Any]]:
+        """Import each candidate in a worker without running it (builds its CUDA extensions); see compile_cache."""
+        return self._run_raw(list(requests), "compile")
+
+    # ------------------------------------------------------------------ worker management
+    def _env(self, device: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env["TRITON_CACHE_DIR"] = str(self.cache_dir / "triton")  # Triton's cache writes are atomic renames
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not reach a GPU
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        return env
+
+    def _run(self, requests: list[EvalRequest], mode: str) -> list[EvalResult]:
+        raw = self._run_raw(requests, mode)
+        out: list[EvalResult] = []
+        for req, item in zip(requests, raw, strict=True):
+            if isinstance(item, EvalResult):
+                out.append(item)
+                continue
+            try:
+                out.append(EvalResult.model_validate(item))
+            except ValidationError as e:
+                out.append(failure_result(req, ErrorKind.INFRA_ERROR, f"corrupted worker result: {e}"))
+        return out
+
+    def _run_raw(self, requests: list[EvalRequest], mode: str) -> list[Any]:
+        """Raw result payloads (or failure EvalResults) for `requests`, restarting workers after a loss."""
+        results: list[Any] = []
+        while len(results) < len(requests):
+            results.extend(self._one_worker(requests[len(results) :], mode))
+        return results
+
+    def _spawn(self, run: WorkerRun, requests: list[EvalRequest], mode: str) -> subprocess.Popen[bytes]:
+        env = self._env(requests[0].device)
+        env["HTAM_RESULT_PATH"] = str(run.result)
+        env["HTAM_PROGRESS_PATH"] = str(run.progress)
+        env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
+        payload = json.dumps(
+            {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
+        )
+        with open(run.stdout, "wb") as so, open(run.stderr, "wb") as se:
+            proc = subprocess.Popen(
+                [self.python, "-m", "htam_graph.kernels_runtime.worker"],
+                stdin=subprocess.PIPE, stdout=so, stderr=se, cwd=run.dir, env=env, start_new_session=True,
+            )  # fmt: skip
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(payload.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the worker died at once; reported from its exit status below
+        return proc
+
+    def _one_worker(self, requests: list[EvalRequest], mode: str) -> list[Any]:
+        """Run one worker until it finishes or is lost; return results for a prefix of `requests` (≥ 1)."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        run = WorkerRun(Path(tempfile.mkdtemp(prefix="htam-worker-")), secrets.token_hex(16))
+        started = time.perf_counter()
+        try:
+            proc = self._spawn(run, requests, mode)
+        except OSError as e:
+            shutil.rmtree(run.dir, ignore_errors=True)
+            return [failure_result(requests[0], ErrorKind.INFRA_ERROR, f"cannot spawn the worker: {e}")]
+        try:
+            return self._watch(proc, run, requests, started)
+        finally:
+            _kill_group(proc)
+            if not self.keep_dirs:
+                shutil.rmtree(run.dir, ignore_errors=True)
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], run: WorkerRun, requests: list[EvalRequest], started: float
+    ) -> list[Any]:
+        current, current_start = 0, started
+        while True:
+            results = run.results()
+            if -1 in results or any(v is None for v in results.values()):
+                return self._collect(results, requests, run, "corrupted or unsigned worker result")
+            if len(results) == len(requests):
+                return [results[i] for i in range(len(requests))]
+            if current in results:
+                current, current_start = current + 1, time.perf_counter()
+                continue
+            rc = proc.poll()
+            if rc is not None:
+                results = run.results()
+                if len(results) == len(requests):
+                    return [results[i] for i in range(len(requests))]
+                return self._collect(results, requests, run, self._lost(rc, run, current))
+            if time.perf_counter() - current_start > requests[current].timeout_s:
+                _kill_group(proc)
+                self._clear_locks(requests[current])
+                kept = [results[i] for i in range(current)]
+                msg = f"timed out after {requests[current].timeout_s:g} s; the worker's process group was killed"
+                return kept + [failure_result(requests[current], ErrorKind.TIMEOUT, msg + _with_tail(run))]
+            time.sleep(_POLL_S)
+
+    def _lost(self, rc: int, run: WorkerRun, current: int) -> tuple[ErrorKind, str]:
+        progress = run.progress_lines()
+        if "ready" not in progress:
+            return ErrorKind.INFRA_ERROR, f"the worker failed before it was ready (exit {rc})"
+        if rc < 0:
+            return ErrorKind.CRASH, f"the worker was killed by {_signal_name(rc)} while evaluating"
+        return (
+            ErrorKind.CRASH,
+            f"the worker exited with code {rc} without a verdict (candidate code ended the process?)",
+        )
+
+    def _collect(
+        self, results: dict[int, Any], requests: list[EvalRequest], run: WorkerRun, why: Any
+    ) -> list[Any]:
+        """Results up to the first missing/bad one, which gets a failure result."""
+        kept: list[Any] = []
+        for i, req in enumerate(requests):
+            item = results.get(i)
+            if item is not None:
+                kept.append(item)
+                continue
+            if isinstance(why, tuple):
+                kind, msg = why
+            else:
+                kind, msg = ErrorKind.INFRA_ERROR, str(why)
+            if kind is not ErrorKind.INFRA_ERROR:
+                self._clear_locks(req)
+            kept.append(failure_result(req, kind, msg + _with_tail(run)))
+            break
+        return kept
+
+    def _clear_locks(self, req: EvalRequest) -> None:
+        """Remove build locks a killed worker left behind (torch would otherwise wait on them forever)."""
+        ext = Path(extension_dir(str(self.cache_dir / "torch_extensions"), req.candidate_source))
+        for lock in ext.glob("*/lock"):
+            lock.unlink(missing_ok=True)
+
+
+def _with_tail(run: WorkerRun) -> str:
+    tail = _tail(run.stderr) or _tail(run.stdout)
+    return f"\n--- worker output (tail) ---\n{tail}" if tail else ""
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's whole process group (its compile subprocesses too), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        log.warning("worker %d did not exit after SIGKILL", proc.pid)

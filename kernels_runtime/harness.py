@@ -1,0 +1,394 @@
+"""The evaluation pipeline of one request, run inside the worker process (never in the caller).
+
+static checks → shape variants → task module → candidate import (compile) → correctness trials at the main
+variant → extra shape variants → deterministic rerun → task degeneracy → interleaved timing → recheck after
+timing → speed of light. Each step records its named check; the first failure decides the error kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from htam_graph.errors import TaskError
+from htam_graph.kernels_runtime import checks, guards, shapes, sol, taskmod, timing
+from htam_graph.kernels_runtime.excerpt import exception_excerpt
+from htam_graph.kernels_runtime.execution import (
+    CandidateFailure,
+    HarnessFailure,
+    build_models,
+    candidate_call,
+    load_candidate,
+    make_inputs,
+    temporary_globals,
+)
+from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
+from htam_graph.kernels_runtime.recorder import Recorder
+from htam_graph.kernels_runtime.trials import (
+    TrialContext,
+    TrialOutcome,
+    call_candidate,
+    call_reference,
+    run_trial,
+    verify_guards,
+)
+from htam_graph.model import ErrorKind, EvalRequest, EvalResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["evaluate_here", "WorkerState"]
+
+_EXTRA_TRIALS = 2  # trials per extra shape variant
+_DETERMINISM_POISON = 1.0e3  # the second run's poison differs from the first's NaN
+
+
+class WorkerState:
+    """Process-wide guards, installed once before any candidate code runs."""
+
+    def __init__(self) -> None:
+        self.identities = guards.snapshot_identities()
+        self.counter = guards.LaunchCounter()
+        self.counter.install()
+
+
+def _environment(rec: Recorder, device: torch.device) -> None:
+    rec.set(torch_version=torch.__version__, timing_on_cpu=device.type != "cuda")
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        rec.set(gpu_name=torch.cuda.get_device_name(device), gpu_arch=f"sm_{major}{minor}")
+    else:
+        rec.set(gpu_name="", gpu_arch="cpu")
+
+
+def _static(req: EvalRequest, rec: Recorder) -> None:
+    try:
+        static_verdict(req, rec)
+    except StaticRejection as r:
+        raise CandidateFailure(r.kind, r.check, str(r)) from r
+
+
+def _variants(req: EvalRequest) -> list[dict[str, Any]]:
+    """Overrides of the main variant, then of each extra variant that could be built (TaskError: none)."""
+    name = req.task_key
+    try:
+        main = shapes.variant_for(req.task_source, req.shape, 0, name=name).overrides
+    except TaskError as e:
+        raise HarnessFailure(f"no {req.shape} shape variant for {name}: {e}") from e
+    out: list[dict[str, Any]] = [dict(main)]
+    for k in range(1, req.extra_shapes + 1):
+        try:
+            out.append(dict(shapes.variant_for(req.task_source, req.shape, k, name=name).overrides))
+        except TaskError as e:
+            log.info("extra variant %d of %s: %s", k, name, e)
+            break
+    return out
+
+
+def _load_task(req: EvalRequest, overrides: dict[str, Any]) -> types.ModuleType:
+    try:
+        return taskmod.load_task_module(req.task_source, req.task_key, overrides)
+    except TaskError as e:
+        raise HarnessFailure(str(e)) from e
+
+
+def _variant_label(shape: str, overrides: dict[str, Any]) -> str:
+    if not overrides:
+        return shape
+    return f"{shape} {{{', '.join(f'{k}={v}' for k, v in sorted(overrides.items()))}}}"
+
+
+def _seed(req: EvalRequest, variant: int, trial: int) -> int:
+    return req.seed * 100_003 + variant * 1_009 + trial
+
+
+def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
+    """Run the whole pipeline for one request in this process and return its result (never raises)."""
+    rec = Recorder(req)
+    start = time.perf_counter()
+    device = torch.device(req.device)
+    try:
+        _environment(rec, device)
+        with tempfile.TemporaryDirectory(prefix="htam-cand-") as tmp:
+            _pipeline(req, rec, state, device, Path(tmp))
+    except CandidateFailure as f:
+        rec.fail(f.kind, f.excerpt, f.check)
+    except HarnessFailure as e:
+        rec.fail(ErrorKind.INFRA_ERROR, f"harness: {e}")
+    except Exception as e:  # an error escaping our own code after the candidate ran
+        kind = ErrorKind.INFRA_ERROR
+        if device.type == "cuda" and ("CUDA error" in str(e) or type(e).__name__ == "AcceleratorError"):
+            kind = (
+                ErrorKind.RUNTIME_ERROR
+            )  # an asynchronous fault of a candidate kernel surfacing in our sync
+        elif isinstance(e, torch.OutOfMemoryError):
+            kind = ErrorKind.RUNTIME_ERROR
+        rec.fail(kind, exception_excerpt(e))
+    rec.set(wall_s=time.perf_counter() - start)
+    return rec.result()
+
+
+def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch.device, tmp: Path) -> None:
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HarnessFailure("device=cuda requested but CUDA is not available in the worker")
+    _static(req, rec)
+    variants = _variants(req)
+    rec.set(shape_variant=_variant_label(req.shape, variants[0]))
+    task = _load_task(req, variants[0])
+    guards.pin_precision(req.precision_policy)
+    t0 = time.perf_counter()
+    candidate, cand_file = load_candidate(req.candidate_source, tmp, variants[0])
+    import_s = time.perf_counter() - t0
+    ctx = TrialContext(
+        device, req.precision_policy, rec.rtol, rec.atol, req.candidate_kind == "kernel",
+        state.counter, state.identities, cand_file,
+    )  # fmt: skip
+    verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
+    ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
+    rec.info("weights", weights_note)
+
+    outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
+    # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
+    rec.set(compiled=True, compile_s=import_s + (ctx.first_call_s or 0.0))
+    for t in range(1, req.trials):
+        outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
+    _record_errors(rec, outcomes)
+    _extra_shapes(req, rec, ctx, candidate, variants[1:], cand_file)
+    _deterministic_rerun(req, rec, ctx, task, ref, cand)
+    _degeneracy(rec, outcomes)
+    _timing(req, rec, ctx, task, ref, cand)
+    rec.ok(
+        "correctness",
+        f"{ctx.poisoned_trials} trials (main, extra shapes, recheck) within rtol={rec.rtol:g} atol={rec.atol:g}",
+    )
+    rec.ok("inputs_unchanged", f"{ctx.poisoned_trials} calls on cloned inputs")
+    rec.ok("plain_tensor_output", "plain torch.Tensor, own storage, no input aliasing")
+    rec.ok(
+        "reference_kept_alive_and_poisoned",
+        f"{ctx.poisoned_trials} calls, NaN poison {ctx.poison_bytes >> 20} MiB",
+    )
+    verify_guards(ctx)
+    rec.ok("tf32_pinned_off", f"{req.precision_policy.value}: {guards.precision_state()}")
+    rec.ok("timer_identity")
+    rec.ok("harness_identity")
+    if ctx.require_kernel:
+        rec.ok(
+            "kernel_launched",
+            f"every call launched ≥1 kernel (min {min(ctx.launches)}, triton {state.counter.triton}, cuda {state.counter.cuda})",
+        )
+    else:
+        rec.skip("kernel_launched", "reference track (request.candidate_kind=reference)")
+    rec.set(correct=True)
+
+
+@contextlib.contextmanager
+def _attributed(check: str) -> Iterator[None]:
+    """Mismatches and runtime errors inside a phase are charged to that phase's check (hacks keep their own)."""
+    try:
+        yield
+    except CandidateFailure as f:
+        if f.kind is not ErrorKind.HACK_DETECTED:
+            f.check = check
+        raise
+
+
+def _record_errors(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
+    rec.set(
+        max_abs_err=max(o.max_abs_err for o in outcomes),
+        max_rel_err=max(o.max_rel_err for o in outcomes),
+    )
+
+
+def _extra_shapes(
+    req: EvalRequest,
+    rec: Recorder,
+    ctx: TrialContext,
+    candidate: types.ModuleType,
+    extras: list[dict[str, Any]],
+    cand_file: str,
+) -> None:
+    if req.extra_shapes == 0:
+        rec.skip("extra_shapes", "request.extra_shapes=0")
+        return
+    if not extras:
+        rec.skip("extra_shapes", "the task has no other valid size to try")
+        return
+    labels = []
+    for v, overrides in enumerate(extras, start=1):
+        label = _variant_label(req.shape, overrides)
+        task = _load_task(req, overrides)
+        with temporary_globals(candidate, overrides), _attributed("extra_shapes"):
+            ref, cand, _ = build_models(task, candidate, _seed(req, v, 0), ctx.device, cand_file)
+            for t in range(min(_EXTRA_TRIALS, req.trials)):
+                run_trial(ctx, task, ref, cand, _seed(req, v, t), f"extra shape {label}")
+        labels.append(label)
+    rec.ok("extra_shapes", "; ".join(labels))
+
+
+def _deterministic_rerun(
+    req: EvalRequest, rec: Recorder, ctx: TrialContext, task: types.ModuleType, ref: Any, cand: Any
+) -> None:
+    """Same inputs twice, different poison each time: where the reference is bit-exact, so must the candidate be."""
+    seed = _seed(req, 0, 900)
+    inputs = make_inputs(task, seed, ctx.device)
+    ref_a = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
+    ref_b = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
+    ref_det = all(
+        not isinstance(a, torch.Tensor) or checks.bitwise_equal(a, b)
+        for a, b in zip(checks.flatten(ref_a), checks.flatten(ref_b), strict=True)
+    )
+    outs = []
+    for poison in (float("nan"), _DETERMINISM_POISON):
+        checks.poison_allocator(ctx.device, ctx.poison_bytes, poison)
+        out, _ = call_candidate(cand, checks.clone_inputs(inputs), seed, ctx)
+        outs.append(out)
+    if not ref_det:
+        rec.skip("deterministic_rerun", "the reference itself is not bit-exact across two runs")
+        return
+    leaves_a, leaves_b = checks.flatten(outs[0]), checks.flatten(outs[1])
+    same = len(leaves_a) == len(leaves_b) and all(
+        (
+            checks.bitwise_equal(a, b)
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            else a == b
+        )
+        for a, b in zip(leaves_a, leaves_b, strict=True)
+    )
+    if not same:
+        raise CandidateFailure(
+            ErrorKind.MISMATCH,
+            "deterministic_rerun",
+            "two runs on the same inputs (different allocator poison) differ while the reference is bit-exact: "
+            "uninitialised memory, a race, or atomics",
+        )
+    rec.ok("deterministic_rerun", "bit-exact across two runs with different poison")
+
+
+def _degeneracy(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
+    """Flag the TASK (not the candidate) when its outputs cannot discriminate (pitfalls 8, 9)."""
+    first = outcomes[0]
+    reason = checks.degenerate_reason(
+        first.ref_out, [o.sample for o in outcomes], first.inputs, rec.rtol, rec.atol
+    )
+    if reason:
+        rec.set(task_degenerate=True)
+        rec.fail_check("output_not_trivial", f"task degenerate (not a candidate failure): {reason}")
+    else:
+        rec.ok("output_not_trivial", f"reference varies across {len(outcomes)} seeds and is not ~0/constant")
+
+
+def _timing(
+    req: EvalRequest, rec: Recorder, ctx: TrialContext, task: types.ModuleType, ref: Any, cand: Any
+) -> None:
+    seed = _seed(req, 0, 500)
+    inputs = make_inputs(task, seed, ctx.device)
+    ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
+    per_call: list[int] = []
+
+    def run_ref() -> None:
+        with torch.no_grad():
+            ref(*ref_inputs)
+
+    def run_cand() -> None:
+        before = ctx.counter.total
+        with torch.no_grad():
+            candidate_call(lambda: cand(*cand_inputs), ctx.candidate_file, "the candidate raised while timed")
+        per_call.append(ctx.counter.total - before)
+
+    fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
+    compiled = _compiled_reference(req, rec, ctx, ref, ref_inputs)
+    if compiled is not None:
+        fns["compile"] = compiled
+    guards.pin_precision(req.precision_policy)
+    t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
+    verify_guards(ctx)
+    if ctx.require_kernel and min(per_call) == 0:
+        raise CandidateFailure(
+            ErrorKind.HACK_DETECTED, "kernel_launched", "a timed call launched no custom kernel"
+        )
+    median, iqr = timing.summarise(t.samples_us["cand"])
+    ref_us = t.median_us("ref")
+    rec.set(runtimes_us=t.samples_us["cand"], runtime_us=median, runtime_spread_us=iqr, ref_eager_us=ref_us,
+            speedup_eager_x=ref_us / median if median > 0 else None)  # fmt: skip
+    if "compile" in t.samples_us:
+        comp_us = t.median_us("compile")
+        rec.set(ref_compile_us=comp_us, speedup_compile_x=comp_us / median if median > 0 else None)
+    problem = t.wall_problem("cand")
+    if problem:
+        raise CandidateFailure(ErrorKind.HACK_DETECTED, "device_sync", problem)
+    rec.ok(
+        "device_sync",
+        "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
+    )
+    # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
+    with _attributed("recheck_after_timing"):
+        run_trial(
+            ctx,
+            task,
+            ref,
+            cand,
+            _seed(req, 0, 501),
+            "recheck after timing (same storage)",
+            cand_storage=cand_inputs,
+        )
+        run_trial(ctx, task, ref, cand, _seed(req, 0, 502), "recheck after timing (fresh storage)")
+    rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
+    _speed_of_light(req, rec, ctx, ref, inputs, median)
+
+
+def _compiled_reference(
+    req: EvalRequest, rec: Recorder, ctx: TrialContext, ref: Any, inputs: list[Any]
+) -> Any:
+    if not req.measure_baselines:
+        rec.skip("baseline_compile", "request.measure_baselines=False")
+        return None
+    if ctx.device.type != "cuda":
+        rec.skip("baseline_compile", "torch.compile is not measured on the CPU")
+        return None
+    try:
+        compiled = torch.compile(ref)
+        with torch.no_grad():
+            compiled(*inputs)  # compiles now, outside the timed loop
+        torch.cuda.synchronize()
+    except Exception as e:  # a compile failure is recorded, never fatal
+        rec.skip("baseline_compile", f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}")
+        return None
+    rec.ok("baseline_compile", "torch.compile(reference), default mode")
+
+    def run() -> None:
+        with torch.no_grad():
+            compiled(*inputs)
+
+    return run
+
+
+def _speed_of_light(
+    req: EvalRequest, rec: Recorder, ctx: TrialContext, ref: Any, inputs: list[Any], median_us: float
+) -> None:
+    if ctx.device.type != "cuda":
+        rec.skip("speed_of_light", "CPU timing: no GPU floor")
+        return
+    gpu = torch.cuda.get_device_name(ctx.device)
+    peaks = sol.peaks_for(gpu)
+    if peaks is None:
+        rate = sol.measure_copy_rate(ctx.device)
+        peaks = sol.GpuPeaks(rate, 0.0, 0.0, 0.0, f"{gpu}: measured copy rate only")
+    flops = sol.count_flops(ref, checks.clone_inputs(inputs))
+    ref_out = call_reference(ref, checks.clone_inputs(inputs), 0, ctx)
+    l2 = timing.l2_flush_bytes(ctx.device) // 2
+    floor = sol.floor_for(inputs, ref_out, flops, peaks, req.precision_policy, l2)
+    verdict = sol.judge(median_us, floor)
+    rec.set(sol_us=floor.sol_us, sol_flagged=verdict.flagged)
+    if verdict.hack:
+        raise CandidateFailure(ErrorKind.HACK_DETECTED, "speed_of_light", verdict.note)
+    if verdict.flagged:
+        rec.fail_check("speed_of_light", f"flagged for review (candidate kept correct): {verdict.note}")
+    else:
+        rec.ok("speed_of_light", f"{verdict.note} ({peaks.source})")

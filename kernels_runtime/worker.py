@@ -1,0 +1,88 @@
+"""The evaluation worker: `python -m htam_graph.kernels_runtime.worker`, spawned fresh by the evaluator.
+
+Protocol (the caller is `evaluator.py`):
+- stdin: one JSON object `{"nonce": str, "mode": "eval" | "compile", "requests": [EvalRequest, ...]}`;
+- the result file named by env `HTAM_RESULT_PATH` (not stdout: candidate code can print): one JSON line per
+  finished request, `{"nonce", "index", "result"}` (mode eval: an EvalResult; mode compile: a CompileOutcome);
+- the progress file named by env `HTAM_PROGRESS_PATH`: `ready` once the worker and its guards are up, then
+  `start <i>` / `done <i>` per request, so the caller can tell a worker that never started (infra_error) from a
+  candidate that killed it (crash), and time out each request separately;
+- env `HTAM_EXT_ROOT`: torch extensions are built under `<root>/<sha256(candidate)[:16]>` (a re-evaluation of the
+  same source is warm; two different candidates never share a build dir or its lock).
+Both paths are removed from the environment before any candidate code runs. The nonce is checked by the
+caller; a candidate that wanted to forge a result would have to find it first (see guards.py for the limits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+# Imported before the candidate: these modules capture the timers and install the guards.
+from htam_graph.kernels_runtime import harness
+from htam_graph.kernels_runtime.excerpt import exception_excerpt
+from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
+from htam_graph.kernels_runtime.paths import extension_dir
+from htam_graph.model import EvalRequest
+
+__all__ = ["main"]
+
+
+def _emit(out: TextIO, nonce: str, index: int, payload: dict[str, Any]) -> None:
+    out.write(json.dumps({"nonce": nonce, "index": index, "result": payload}) + "\n")
+    out.flush()
+    os.fsync(out.fileno())
+
+
+def _compile_only(req: EvalRequest, workdir: Path) -> dict[str, Any]:
+    """Import the candidate (which builds its extensions) and report; nothing runs on a device."""
+    start = time.perf_counter()
+    try:
+        load_candidate(req.candidate_source, workdir, {})
+    except CandidateFailure as f:
+        return {"ok": False, "compile_s": time.perf_counter() - start, "excerpt": f.excerpt}
+    except Exception as e:
+        return {"ok": False, "compile_s": time.perf_counter() - start, "excerpt": exception_excerpt(e)}
+    return {"ok": True, "compile_s": time.perf_counter() - start, "excerpt": ""}
+
+
+def main() -> int:
+    result_path = os.environ.pop("HTAM_RESULT_PATH")
+    progress_path = os.environ.pop("HTAM_PROGRESS_PATH")
+    ext_root = os.environ.pop("HTAM_EXT_ROOT", "")
+    payload = json.loads(sys.stdin.read())
+    nonce, mode = str(payload["nonce"]), str(payload.get("mode", "eval"))
+    requests = [EvalRequest.model_validate(r) for r in payload["requests"]]
+    with (
+        open(result_path, "a", encoding="utf-8") as out,
+        open(progress_path, "a", encoding="utf-8") as progress,
+    ):
+        state = harness.WorkerState() if mode == "eval" else None
+        progress.write("ready\n")
+        progress.flush()
+        workdir = Path(os.getcwd())
+        for i, req in enumerate(requests):
+            progress.write(f"start {i}\n")
+            progress.flush()
+            if ext_root:
+                os.environ["TORCH_EXTENSIONS_DIR"] = extension_dir(ext_root, req.candidate_source)
+            if state is None:
+                result = _compile_only(req, workdir)
+            else:
+                result = harness.evaluate_here(req, state).model_dump(mode="json")
+            _emit(out, nonce, i, result)
+            progress.write(f"done {i}\n")
+            progress.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter shutdown: candidate atexit hooks, stray non-daemon threads or CUDA teardown of a faulted
+    # context must not turn a finished evaluation into a hang or a crash.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

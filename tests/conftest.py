@@ -1,0 +1,132 @@
+"""Shared fixtures: a real embedded FalkorDB started by the project's own manager, and fresh graphs on it.
+
+- `embedded_server` (session): `ServerInfo` of an embedded FalkorDB in a short temp folder under /tmp; stopped
+  and removed at the end of the session.
+- `store` (function): a `GraphStore` on a fresh, empty graph with the schema applied. Parametrised over the
+  backends: "falkordb" always runs; "neo4j" runs when `NEO4J_URI` is set and is skipped, saying so, otherwise.
+- `store_factory` (function): `make(graph_name=None, apply_schema=True) -> FalkorDBStore`, for tests that need
+  several graphs (export one, import into another); every graph it made is deleted afterwards.
+- `htam_settings` (function): `Settings` whose embedded home is the session server's and whose graph is fresh,
+  for CLI tests (`--home`) and `open_store`; the graph is deleted afterwards.
+
+Neo4j safety: the tests use one database (`NEO4J_DATABASE` or the server default) and must empty it before each
+test, because the code under test chooses its own keys. They only do so when the database is empty or carries
+the marker node `(:HtamTestMarker {key: 'htam-test-database'})`, which the fixture creates on first use; a
+database holding other data without the marker is never touched (the Neo4j tests are skipped with that reason).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from htam_graph.ports import GraphStore
+from htam_graph.settings import Settings
+from htam_graph.store.embedded import EmbeddedServer, ServerInfo
+from htam_graph.store.falkordb_store import FalkorDBStore
+
+NEO4J_MARKER_KEY = "htam-test-database"
+BACKENDS = ["falkordb", pytest.param("neo4j", marks=pytest.mark.neo4j)]
+
+
+def unique_graph_name(prefix: str = "t") -> str:
+    """A graph name no other test uses."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def embedded_server() -> Iterator[ServerInfo]:
+    """The session's embedded FalkorDB (short path under /tmp so the unix socket fits)."""
+    home = Path(tempfile.mkdtemp(prefix="htam-t-", dir="/tmp"))
+    server = EmbeddedServer(home)
+    info = server.start()
+    try:
+        yield info
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def store_factory(embedded_server: ServerInfo) -> Iterator[Callable[..., FalkorDBStore]]:
+    """Make FalkorDB stores on fresh graphs of the session server; all are deleted at teardown."""
+    made: list[FalkorDBStore] = []
+
+    def make(graph_name: str | None = None, apply_schema: bool = True) -> FalkorDBStore:
+        store = FalkorDBStore(embedded_server.socket_path, graph_name or unique_graph_name())
+        made.append(store)
+        if apply_schema:
+            store.apply_schema()
+        return store
+
+    yield make
+    for store in made:
+        store.delete_graph()
+        store.close()
+
+
+@pytest.fixture
+def htam_settings(embedded_server: ServerInfo) -> Iterator[Settings]:
+    """Settings on the session server's home with a fresh graph name (deleted afterwards)."""
+    settings = Settings(htam_home=embedded_server.home, graph_name=unique_graph_name("cli"))
+    yield settings
+    cleanup = FalkorDBStore(embedded_server.socket_path, settings.graph_name)
+    cleanup.delete_graph()
+    cleanup.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest) -> Iterator[GraphStore]:
+    """A GraphStore on a fresh, empty graph with the schema applied, for each backend present."""
+    if request.param == "neo4j":
+        if not os.environ.get("NEO4J_URI"):
+            pytest.skip("NEO4J_URI is not set: the Neo4j backend is not tested here")
+        yield from _neo4j_store()
+        return
+    make: Callable[..., FalkorDBStore] = request.getfixturevalue("store_factory")
+    yield make()
+
+
+def _neo4j_store() -> Iterator[GraphStore]:
+    from htam_graph.store.neo4j_store import Neo4jStore
+
+    store = Neo4jStore(
+        os.environ["NEO4J_URI"],
+        os.environ.get("NEO4J_USERNAME", "neo4j"),
+        os.environ.get("NEO4J_PASSWORD", ""),
+        database=os.environ.get("NEO4J_DATABASE") or None,
+    )
+    try:
+        _claim_neo4j_test_database(store)
+        _wipe_neo4j_test_data(store)
+        store.apply_schema()
+        yield store
+        _wipe_neo4j_test_data(store)
+    finally:
+        store.close()
+
+
+def _claim_neo4j_test_database(store: Any) -> None:
+    marker = store.run_text(
+        "MATCH (m:HtamTestMarker {key: $key}) RETURN count(m) AS n", {"key": NEO4J_MARKER_KEY}
+    )[0]["n"]
+    if marker:
+        return
+    others = store.run_text("MATCH (n) RETURN count(n) AS n")[0]["n"]
+    if others:
+        pytest.skip(
+            "NEO4J_URI database holds data and no (:HtamTestMarker {key: 'htam-test-database'}) node: "
+            "refusing to wipe it; point NEO4J_DATABASE at an empty test database"
+        )
+    store.run_text("MERGE (m:HtamTestMarker {key: $key})", {"key": NEO4J_MARKER_KEY})
+
+
+def _wipe_neo4j_test_data(store: Any) -> None:
+    store.run_text("MATCH (n) WHERE NOT n:HtamTestMarker DETACH DELETE n")

@@ -1,0 +1,32 @@
+# htam-adversarial
+# pitfall: 1 result reuse via the caching allocator: returns torch.empty_like(x) unwritten, hoping for the freed reference output
+# task: level1/22_Tanh.py
+# expected_kind: mismatch
+# expected_check: reference_kept_alive_and_poisoned|correctness
+# runs_on: cpu,gpu
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tanh_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    e = tl.exp(2.0 * x)
+    tl.store(out_ptr + offs, 1.0 - 2.0 / (e + 1.0), mask=mask)
+
+
+def launch_tanh(x, out, n):
+    BLOCK = 4096
+    tanh_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        scratch = torch.empty(16, device=x.device)
+        launch_tanh(scratch, scratch, 16)  # a real launch, so only the output trick is under test
+        return torch.empty_like(x)

@@ -1,0 +1,141 @@
+"""Shape variants: size heuristics, scaling, validated smoke sizes with back-off, and extra variants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from htam_graph.errors import TaskError
+from htam_graph.kernels_runtime import shapes
+from htam_graph.kernels_runtime.taskmod import load_task_module
+
+KB = Path("/work/shared/kernelbench")
+
+CONV = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, kernel_size)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+batch_size = 64
+in_channels = 16
+out_channels = 32
+kernel_size = 33
+height = width = 512
+negative_slope = 0.1
+eps = 1
+use_bias = True
+dim = 1
+max_seqlen = 1024
+clamp_max = 6
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    shapes.clear_cache()
+
+
+def test_size_constants_keep_ints_that_look_like_sizes() -> None:
+    sizes = shapes.size_constants(CONV)
+    assert sizes == {
+        "batch_size": 64,
+        "in_channels": 16,
+        "out_channels": 32,
+        "kernel_size": 33,
+        "height": 512,
+        "width": 512,
+        "dim": 1,
+        "max_seqlen": 1024,  # "max" with a size word is a size
+    }  # floats, bools, eps, clamp_max are not sizes
+
+
+def test_scaled_variant_keeps_structural_sizes_and_caps_batch() -> None:
+    variant = shapes.scaled_variant(CONV, 16)
+    assert variant == {
+        "batch_size": 2,
+        "in_channels": 8,
+        "out_channels": 8,
+        "height": 32,
+        "width": 32,
+        "max_seqlen": 64,
+    }
+    assert shapes.scaled_variant(CONV, 1) == {"batch_size": 2}
+
+
+def test_smoke_backs_off_until_the_reference_runs() -> None:
+    # kernel 33 needs images of at least 33: the aggressive steps fail and the search backs off.
+    spec = shapes.smoke_overrides(CONV, name="conv")
+    assert spec.validated == "cpu" and spec.forward_s is not None
+    assert int(spec.overrides["height"]) >= 33
+    module = load_task_module(CONV, "conv", spec.overrides)
+    out = module.Model(*module.get_init_inputs())(*module.get_inputs())
+    assert out.numel() > 0
+
+
+def test_smoke_raises_when_no_variant_runs() -> None:
+    broken = CONV.replace("return torch.relu(self.conv(x))", "raise RuntimeError('never works')")
+    with pytest.raises(TaskError, match="no smoke shape variant runs"):
+        shapes.smoke_overrides(broken, name="broken")
+
+
+def test_smoke_rejects_nan_outputs() -> None:
+    nan = CONV.replace("return torch.relu(self.conv(x))", "return self.conv(x) * float('nan')")
+    with pytest.raises(TaskError, match="NaN"):
+        shapes.smoke_overrides(nan, name="nan")
+
+
+def test_constant_outputs_are_flagged() -> None:
+    const = CONV.replace("return torch.relu(self.conv(x))", "return torch.zeros_like(self.conv(x))")
+    assert shapes.smoke_overrides(const, name="const").note == "constant output at every tried variant"
+
+
+def test_smoke_results_are_cached_per_source() -> None:
+    first = shapes.smoke_overrides(CONV, name="conv")
+    assert shapes.smoke_overrides(CONV, name="conv") is first
+
+
+def test_extra_variant_differs_is_valid_and_deterministic() -> None:
+    base = shapes.smoke_overrides(CONV, name="conv")
+    extra = shapes.extra_shape_variant(CONV, base.overrides, seed=1, name="conv")
+    assert extra.overrides != base.overrides and extra.validated == "cpu"
+    assert extra.overrides["batch_size"] == 3  # batch 2 -> 3, not a power of two
+    shapes.clear_cache()
+    assert shapes.extra_shape_variant(CONV, base.overrides, seed=1, name="conv").overrides == extra.overrides
+    module = load_task_module(CONV, "conv", extra.overrides)
+    assert module.Model(*module.get_init_inputs())(*module.get_inputs()).numel() > 0
+
+
+def test_variant_for() -> None:
+    assert shapes.variant_for(CONV, "default").overrides == {}
+    smoke = shapes.variant_for(CONV, "smoke", name="conv")
+    assert smoke == shapes.smoke_overrides(CONV, name="conv")
+    assert shapes.variant_for(CONV, "smoke", extra=2, name="conv").overrides != smoke.overrides
+    with pytest.raises(TaskError):
+        shapes.variant_for(CONV, "huge")  # type: ignore[arg-type]
+
+
+def test_default_extra_variant_is_validated_on_the_meta_device() -> None:
+    spec = shapes.variant_for(CONV, "default", extra=1, name="conv")
+    assert spec.validated == "meta" and spec.overrides and spec.overrides != {}
+
+
+@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench dev split")
+@pytest.mark.parametrize("rel", ["level2/76_Gemm_Add_ReLU.py", "level3/28_VisionTransformer.py"])
+def test_real_tasks_get_small_smoke_variants(rel: str) -> None:
+    source = (KB / rel).read_text(encoding="utf-8")
+    spec = shapes.smoke_overrides(source, name=rel)
+    assert spec.forward_s is not None and spec.forward_s < 2.0
+    assert spec.overrides  # something was scaled down
