@@ -20,3 +20,12 @@ def register(root: click.Group) -> None:
     from htam_graph.cli.run import run
 
     root.add_command(run)
+    from htam_graph.cli.eval import eval_cmd
+
+    root.add_command(eval_cmd)
+    from htam_graph.cli.baseline import baseline
+
+    root.add_command(baseline)
+    from htam_graph.cli.report import report
+
+    root.add_command(report)

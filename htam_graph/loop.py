@@ -213,10 +213,8 @@ class OptimizationLoop:
     def _allowed_directions(
         self, directions: dict[str, GlobalDirection], task: Task, executable: set[str] | None
     ) -> list[str]:
-        """Directions with at least one local the generator can act on (all of them for an LLM)."""
-        if executable is None:
-            return sorted(directions)
-        return sorted({k.split(".", 1)[0] for k in executable} & set(directions))
+        """Directions with at least one local strategy that fits the task, the language and the generator."""
+        return [key for key in sorted(directions) if self._locals(task, key, executable)]
 
     def _choose(
         self,

@@ -101,4 +101,6 @@ class Recorder:
         for name in ALL_CHECKS:
             if name not in self.checks:
                 self.skip(name, "not reached (an earlier step failed)" if self.failed else "not applicable")
-        return EvalResult(**self.fields, checks=dict(self.checks))
+        ordered = {name: self.checks[name] for name in ALL_CHECKS}
+        ordered.update({k: v for k, v in self.checks.items() if k not in ordered})  # info entries last
+        return EvalResult(**self.fields, checks=ordered)

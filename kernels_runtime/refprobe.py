@@ -20,6 +20,8 @@ from htam_graph.kernels_runtime.taskmod import OverrideValue, load_task_module
 
 log = logging.getLogger(__name__)
 
+_RETIME_S = 0.05
+
 __all__ = ["ProbeResult", "MetaEstimate", "probe_cpu", "estimate_meta"]
 
 
@@ -104,9 +106,15 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
     try:
         with torch.no_grad():
             out = model(*inputs)
+        forward_s = time.perf_counter() - start
+        if forward_s > _RETIME_S:
+            # One more run: the first pays one-off set-up, and a shared CPU makes single timings noisy.
+            start = time.perf_counter()
+            with torch.no_grad():
+                model(*inputs)
+            forward_s = min(forward_s, time.perf_counter() - start)
     except Exception as e:
         return ProbeResult(False, f"forward failed: {_short(e)}", build_s=build_s, input_numel=input_numel)
-    forward_s = time.perf_counter() - start
     reason, constant = _check_output(out)
     output_numel = sum(t.numel() for t in _tensors(out))
     return ProbeResult(not reason, reason, constant, build_s, forward_s, input_numel, output_numel)

@@ -58,6 +58,7 @@ MAX_ELEMENTS = 1 << 21  # input elements of a smoke variant (meta estimate)
 MAX_PARAMS = 1 << 22
 MAX_FLOPS = 2_000_000_000  # matmul/conv FLOPs of a smoke variant (meta estimate)
 DEFAULT_BUDGET_S = 1.0
+_MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
 
 @dataclass(frozen=True)
@@ -226,8 +227,14 @@ def smoke_overrides(source: str, budget_s: float = DEFAULT_BUDGET_S, name: str =
     return spec
 
 
-def _estimates(source: str, ladder: list[dict[str, OverrideValue]], name: str) -> tuple[int, list[bool]]:
-    """(the mildest step whose meta estimate fits the caps, which steps are small enough to try at all).
+def _size(estimate: refprobe.MetaEstimate) -> int:
+    return _elements(estimate) + int(estimate.param_numel)
+
+
+def _estimates(
+    source: str, ladder: list[dict[str, OverrideValue]], name: str
+) -> tuple[int, list[bool], list[int]]:
+    """(the mildest step whose meta estimate fits the caps, which steps are small enough to try at all, sizes).
 
     Inputs and parameters only: the CPU run that follows is the real judge of the cost (and scales harder
     when over budget), and a meta forward of a recurrent model is too slow to do per step. Backing off never
@@ -236,8 +243,15 @@ def _estimates(source: str, ladder: list[dict[str, OverrideValue]], name: str) -
     estimates = [refprobe.estimate_meta(source, name, variant, forward=False) for variant in ladder]
     caps = _caps(estimates)
     hard_caps = (16 * caps[0], 16 * caps[1], 16 * caps[2])
+    if not any(e.ok for e in estimates):
+        # The model cannot be built on the meta device (it calls .item() while building, say): no estimate.
+        # Try every step that changes something, mildest first after the batch-only step.
+        tryable = [bool(variant) for variant in ladder]
+        start = next((i for i, ok in enumerate(tryable) if ok), len(ladder) - 1)
+        return start, tryable, [0] * len(ladder)
     start = next((i for i, e in enumerate(estimates) if _fits(e, caps)), len(ladder) - 1)
-    return start, [_fits(e, hard_caps) or i >= start for i, e in enumerate(estimates)]
+    tryable = [_fits(e, hard_caps) or i >= start for i, e in enumerate(estimates)]
+    return start, tryable, [_size(e) for e in estimates]
 
 
 def _search_smoke(source: str, budget_s: float, name: str) -> ShapeSpec:
@@ -254,7 +268,7 @@ def _search_smoke(source: str, budget_s: float, name: str) -> ShapeSpec:
 def _search_ladder(
     source: str, ladder: list[dict[str, OverrideValue]], budget_s: float, name: str
 ) -> ShapeSpec:
-    start, tryable = _estimates(source, ladder, name)
+    start, tryable, sizes = _estimates(source, ladder, name)
     tried: dict[int, refprobe.ProbeResult] = {}
 
     def run(i: int) -> refprobe.ProbeResult:
@@ -276,16 +290,16 @@ def _search_ladder(
     if chosen is None:
         reasons = "; ".join(f"{ladder[i]}: {r.reason}" for i, r in sorted(tried.items())) or "no step fits"
         raise TaskError(reasons)
+    harder = 0
     for i in range(chosen + 1, len(ladder)):
-        current_s = tried[chosen].forward_s + tried[chosen].build_s
-        if current_s <= budget_s:
+        if tried[chosen].forward_s + tried[chosen].build_s <= budget_s or harder >= _MAX_HARDER:
             break
+        if sizes[i] > 0.75 * sizes[chosen]:
+            continue  # this step hardly shrinks anything (the cost sits in literal sizes or the weights)
+        harder += 1
         probe = run(i)
-        if not probe.ok or (probe.constant_output and not tried[chosen].constant_output):
-            continue
-        if probe.forward_s + probe.build_s > 0.75 * current_s:
-            break  # scaling harder does not pay (the cost sits in literal sizes or the weights)
-        chosen = i
+        if probe.ok and not (probe.constant_output and not tried[chosen].constant_output):
+            chosen = i
     if tried[chosen].constant_output:
         chosen = _prefer_varying(chosen, run)
     result = tried[chosen]

@@ -23,7 +23,11 @@ __all__ = ["OverrideValue", "load_task_module", "module_constants", "apply_overr
 
 def _const_value(node: ast.expr) -> int | float | tuple[int | float, ...] | list[int | float] | None:
     """Evaluate a literal number, simple arithmetic of literals, or a tuple/list of those; else None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         inner = _const_value(node.operand)

@@ -69,7 +69,10 @@ class Region:
     output: str
 
     def describe(self) -> str:
-        return " -> ".join(n.op for n in self.nodes)
+        ops = [n.op for n in self.nodes]
+        if len(ops) <= 8:
+            return " -> ".join(ops)
+        return " -> ".join(ops[:6]) + f" -> ... -> {ops[-1]} ({len(ops)} ops)"
 
 
 def identifier(name: str, taken: set[str]) -> str:

@@ -28,7 +28,9 @@ HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "_sigmoid": (
         '''@triton.jit
 def _sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
+    # exp of a non-positive argument never overflows
+    e = tl.exp(-tl.abs(x))
+    return tl.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
 ''',
         (),
     ),
@@ -50,28 +52,30 @@ def _tanh(x):
 def _log1p(u):
     # log(1 + u) accurate for small u: the rounding error of w = 1 + u cancels in log(w) * u / (w - 1).
     w = 1.0 + u
-    return tl.where(w == 1.0, u, tl.log(w) * (u / (w - 1.0)))
+    d = tl.where(w == 1.0, 1.0, w - 1.0)  # no lane divides 0 by 0, even one the where below discards
+    return tl.where(w == 1.0, u, tl.log(w) * (u / d))
 ''',
         (),
     ),
     "_expm1": (
         '''@triton.jit
 def _expm1(x):
-    # exp(x) - 1 accurate near 0 (Kahan): the rounding error of u = exp(x) cancels in (u - 1) * x / log(u).
+    # exp(x) - 1 for x <= 0, accurate near 0 (Kahan): the rounding error of u = exp(x) cancels in
+    # (u - 1) * x / log(u). The guards keep every lane finite (no log(0), no 0 / 0).
     u = tl.exp(x)
     um1 = u - 1.0
-    r = tl.where(u == 1.0, x, um1 * x / tl.log(u))
-    r = tl.where(um1 == -1.0, -1.0, r)
-    return tl.where(x > 50.0, um1, r)
+    v = tl.where((u == 1.0) | (u == 0.0), 2.0, u)
+    r = tl.where(u == 1.0, x, um1 * x / tl.log(v))
+    return tl.where(um1 == -1.0, -1.0, r)
 ''',
         (),
     ),
     "_softplus": (
         '''@triton.jit
 def _softplus(x, beta, threshold):
-    # PyTorch: x when beta * x > threshold, else log1p(exp(beta * x)) / beta.
+    # PyTorch: x when beta * x > threshold, else log1p(exp(beta * x)) / beta (exp capped at the threshold).
     z = x * beta
-    return tl.where(z > threshold, x, _log1p(tl.exp(z)) / beta)
+    return tl.where(z > threshold, x, _log1p(tl.exp(tl.minimum(z, threshold))) / beta)
 ''',
         ("_log1p",),
     ),
@@ -199,12 +203,12 @@ def _softplus(node: OpNode, r: Operand) -> Emitted:
 
 def _elu(node: OpNode, r: Operand) -> Emitted:
     a = r(node.operands[0])
-    return _e(f"tl.where({a} > 0.0, {a}, {_param(node, 'alpha', r)} * _expm1({a}))", "_expm1")
+    return _e(f"tl.where({a} > 0.0, {a}, {_param(node, 'alpha', r)} * _expm1(tl.minimum({a}, 0.0)))", "_expm1")
 
 
 def _selu(node: OpNode, r: Operand) -> Emitted:
     a = r(node.operands[0])
-    return _e(f"{SELU_SCALE!r} * tl.where({a} > 0.0, {a}, {SELU_ALPHA!r} * _expm1({a}))", "_expm1")
+    return _e(f"{SELU_SCALE!r} * tl.where({a} > 0.0, {a}, {SELU_ALPHA!r} * _expm1(tl.minimum({a}, 0.0)))", "_expm1")
 
 
 def _pow(node: OpNode, r: Operand) -> Emitted:

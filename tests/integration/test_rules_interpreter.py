@@ -188,3 +188,149 @@ def test_coverage_is_what_recipes_for_says() -> None:
     assert found["reduction_structure.row_softmax"] == set(SOFTMAX)
     assert found["parallelism.block_size_tuning"] == set(ELEMENTWISE + EPILOGUE + SOFTMAX)
     assert found["memory_access.vectorized_loads"] == set(ELEMENTWISE + EPILOGUE)
+
+
+# ------------------------------------------------------------------------------------------- synthetic tasks
+MANY_OPS = '''
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, channels, width, scale, slope):
+        super(Model, self).__init__()
+        self.bias = nn.Parameter(torch.randn(channels, 1, 1))
+        self.row = nn.Parameter(torch.randn(width))
+        self.offset = nn.Parameter(torch.tensor(0.25))
+        self.scale = scale
+        self.act = nn.LeakyReLU(slope)
+        self.soft = nn.Softplus(beta=2.0, threshold=5.0)
+
+    def forward(self, x, y):
+        a = x * self.scale + self.bias
+        b = torch.where(a > 0.5, F.elu(a, alpha=0.7), F.selu(y))
+        c = self.act(b) - self.row + 1.0 - torch.abs(y)
+        d = torch.maximum(c, y) * torch.sigmoid(x) + F.silu(y) / (2.0 + torch.exp(-torch.abs(a)))
+        e = F.mish(d) + F.hardswish(c) - F.relu6(y * 4.0) + F.gelu(a, approximate="tanh") + F.softsign(x)
+        f = torch.clamp(e, min=-4.0) + self.soft(b) + torch.tanh(x) ** 2 + torch.sqrt(torch.abs(y) + 1.0)
+        g = torch.rsqrt(torch.abs(f) + 1.0) + torch.log(torch.abs(f) + 1.0) - (-x) + self.offset
+        h = F.hardtanh(g, min_val=-2.5, max_val=3.0) + torch.minimum(g, x) + F.hardsigmoid(g) + torch.erf(y)
+        return h * g ** 3 / 7.0 + torch.pow(x, 0.5).nan_to_num(0.0).abs() * 0.0 + F.relu(h) + torch.square(x)
+
+
+batch_size = 2
+channels = 3
+height = 5
+width = 7
+scale = 1.5
+slope = 0.2
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, height, width) * 2, torch.randn(batch_size, channels, height, width)]
+
+
+def get_init_inputs():
+    return [channels, width, scale, slope]
+'''
+
+
+def test_many_ops_dag_with_broadcast_parameters(tmp_path: Path) -> None:
+    # nan_to_num is not elementwise-supported: drop that term so the DAG is fully fusable.
+    source = MANY_OPS.replace(" + torch.pow(x, 0.5).nan_to_num(0.0).abs() * 0.0", "")
+    task = make_task("synthetic/many_ops", source)
+    assert RulesGenerator().applies("fusion.elementwise_chain", task)
+    reply = RulesGenerator().generate(request(task, "fusion.elementwise_chain"))
+    assert reply.source is not None, reply.error
+    assert_clean_static(reply.source)
+    check_against_reference(source, reply.source, tmp_path, {})
+    # The same generated file at other sizes: nothing in it depends on the sizes it was generated from.
+    check_against_reference(source, reply.source, tmp_path, {"batch_size": 3, "channels": 4, "height": 9, "width": 11})
+    # And with other constructor scalars: self.scale / act.negative_slope are read at run time, not baked.
+    check_against_reference(source, reply.source, tmp_path, {}, init_override=[3, 7, -0.75, 0.05])
+
+
+def test_unsupported_op_in_chain_is_not_applicable() -> None:
+    verdict = RulesGenerator().applies("fusion.elementwise_chain", make_task("synthetic/nan_to_num", MANY_OPS))
+    assert not verdict and "nan_to_num" in verdict.reason
+
+
+SOFTMAX_3D = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x):
+        return self.softmax(x)
+
+
+batch_size = 2
+rows = 3
+cols = 1000
+
+
+def get_inputs():
+    return [torch.randn(batch_size, rows, cols) * 3]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("max_single_block", [1024, 256], ids=["single_block", "looped"])
+def test_row_softmax_3d_both_kernels(max_single_block: int, tmp_path: Path) -> None:
+    task = make_task("synthetic/softmax3d", SOFTMAX_3D)
+    config = KernelConfig(block=128, num_warps=4, max_single_block=max_single_block)
+    source = default_recipes()["reduction_structure.row_softmax"].emit(task_view(task), config)
+    check_against_reference(SOFTMAX_3D, source, tmp_path, {})
+    check_against_reference(SOFTMAX_3D, source, tmp_path, {"cols": 77})  # shorter rows: single block at run time
+
+
+def test_looped_log_softmax_handles_minus_inf(tmp_path: Path) -> None:
+    source = (KB / "level1/24_LogSoftmax.py").read_text(encoding="utf-8")
+    task = make_task("kernelbench/level1/24_LogSoftmax", source)
+    config = KernelConfig(block=64, num_warps=2, max_single_block=128)
+    cand = import_candidate(default_recipes()["reduction_structure.row_softmax"].emit(task_view(task), config), tmp_path)
+    x = torch.randn(3, 500)
+    x[0, :300] = float("-inf")  # whole chunks of -inf, then finite values
+    x[1, 7] = float("-inf")
+    got = cand.ModelNew()(x)
+    assert torch.allclose(got, torch.log_softmax(x, dim=1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("rel", "key"),
+    [
+        ("level1/88_MinGPTNewGelu.py", "parallelism.block_size_tuning"),
+        ("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py", "memory_access.vectorized_loads"),
+        ("level1/24_LogSoftmax.py", "parallelism.block_size_tuning"),
+    ],
+)
+def test_tuning_reemits_the_base_kernel_with_another_config(rel: str, key: str, tmp_path: Path) -> None:
+    source = (KB / rel).read_text(encoding="utf-8")
+    task = make_task(f"kernelbench/{rel[:-3]}", source)
+    generator = RulesGenerator()
+    base_key = next(k for k in generator.recipes_for(task) if k not in (key, "memory_access.vectorized_loads"))
+    base = generator.generate(request(task, base_key)).source
+    assert base is not None
+    seen = set()
+    for step in range(3):
+        reply = generator.generate(request(task, key, base_source=base, step=step))
+        assert reply.source is not None, reply.error
+        header, base_header = parse_header(reply.source), parse_header(base)
+        assert header is not None and base_header is not None
+        assert header.recipe == base_key and header.config != base_header.config
+        assert f"# Tuned by {key}" in reply.source
+        seen.add(header.config)
+        if key == "memory_access.vectorized_loads":
+            assert header.config.vector_hints and "tl.max_contiguous(tl.multiple_of(" in reply.source
+    assert len(seen) == 3  # successive steps explore different configurations
+    check_against_reference(source, reply.source, tmp_path, small_overrides(source))

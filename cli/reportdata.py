@@ -1,0 +1,350 @@
+"""Reading a bench folder (BENCH_FORMAT: `bench.json` + `results.jsonl`) and computing the report's numbers.
+
+Definitions (stated in every report, see `DEFINITIONS`):
+- A run is one (task, policy, seed) line of results.jsonl. Its *returned kernel* is the best correct candidate,
+  or the reference when none beat it; a run with status error/timeout returned nothing.
+- speedup over eager = the recorded `best_speedup_eager_x`; 1.0 when the reference is returned or the run
+  failed (the user keeps eager PyTorch). Over torch.compile = `best_speedup_compile_x`; for a returned
+  reference or a failed run `ref_compile_us / ref_eager_us` when measured, else missing (left out, counted).
+- fast_p (KernelBench): fraction of runs whose returned kernel is correct AND speedup over eager > p. A returned
+  reference is correct with speedup 1.0 (so never fast_1); a failed run is not correct.
+- geomean / median: over ALL runs, failed runs at 1.0 over eager.
+
+pandas is imported inside functions so importing this module does no work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from htam_graph.errors import HtamError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ALL = "all"  # the level label of the overall rows
+FAST_P = (("fast_0", 0.0), ("fast_1", 1.0), ("fast_1_5", 1.5), ("fast_2", 2.0))
+SEED_METRICS = ("geomean_eager_x", "fast_1", "geomean_compile_x", "fast_1_compile")
+DEFINITIONS = (
+    "A run is one (task, policy, seed). Its returned kernel is the best correct candidate, or the PyTorch "
+    "reference when no candidate beat it; error/timeout runs returned nothing.",
+    "Speedup over eager = ref_eager_us / best_runtime_us as recorded by the bench; a returned reference or a "
+    "failed run counts as 1.0 (the user keeps eager). Over torch.compile: the recorded value; for a returned "
+    "reference or failed run ref_compile_us / ref_eager_us, or left out when not measured.",
+    "fast_p (KernelBench): fraction of runs whose returned kernel is correct AND faster than eager by more "
+    "than p. A returned reference is correct at 1.0x, so never fast_1; a failed run is not correct. "
+    "fast_1_compile: the same against torch.compile.",
+    "geomean and median speedups are over ALL runs (failed runs at 1.0x over eager), never over successes only.",
+    "correct %: runs in which at least one candidate passed every correctness check (correct_steps > 0).",
+    "SOL fraction = sol_us / runtime of the returned kernel (1.0 = speed of light); median over runs with sol_us.",
+    "steps to best: mean best_step over runs that returned a kernel other than the reference.",
+    "With several seeds, per-level cells are mean ± sample std (n-1) across seeds of the per-seed value.",
+)
+
+
+class ReportError(HtamError):
+    """A bench folder that cannot be reported on (missing or malformed files)."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One bench folder, loaded: its configuration, one row per run, and one row per trajectory step."""
+
+    path: Path
+    name: str
+    config: dict[str, Any]
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def load_bench(path: Path) -> Bench:
+    """Read `path/bench.json` and `path/results.jsonl`; raise ReportError (one line) when either is unusable."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a bench folder (no such directory)")
+    config = _read_config(path / "bench.json")
+    rows = _read_results(path / "results.jsonl")
+    runs = pd.DataFrame([_derive(r) for r in rows])
+    runs = runs.sort_values(["policy", "seed", "task"], kind="stable").reset_index(drop=True)
+    steps = pd.DataFrame(
+        [step for r in rows for step in _steps_of(r)],
+        columns=["task", "level", "policy", "seed", "step", "global", "local", "status", "gain", "best_x"],
+    )
+    return Bench(path=path, name=path.resolve().name, config=config, runs=runs, steps=steps)
+
+
+def _read_config(file: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise ReportError(f"{file}: not found (is {file.parent} a bench folder?)") from e
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{file}: unreadable: {e}") from e
+    if not isinstance(config, dict):
+        raise ReportError(f"{file}: not a JSON object")
+    return config
+
+
+def _read_results(file: Path) -> list[dict[str, Any]]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ReportError(f"{file}: not found (the bench has finished no run yet)") from e
+    except OSError as e:
+        raise ReportError(f"{file}: unreadable: {e}") from e
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ReportError(f"{file}:{n}: not valid JSON") from e
+        missing = [k for k in ("task", "policy", "seed", "status") if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ReportError(f"{file}:{n}: a result needs the field(s) {', '.join(missing)}")
+        rows.append(row)
+    if not rows:
+        raise ReportError(f"{file}: holds no finished run")
+    return rows
+
+
+def _num(value: Any) -> float:
+    """A float, or NaN for a missing / non-numeric / non-finite value."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value) if math.isfinite(value) else math.nan
+
+
+def _ratio(num: Any, den: Any) -> float:
+    a, b = _num(num), _num(den)
+    return a / b if a > 0 and b > 0 else math.nan
+
+
+def level_label(level: Any) -> str:
+    """'1', '2', ... for KernelBench levels; '-' for tasks without one."""
+    return str(int(level)) if isinstance(level, int | float) and not isinstance(level, bool) else "-"
+
+
+def _derive(r: dict[str, Any]) -> dict[str, Any]:
+    """One run's row with the report's derived columns (see the module docstring)."""
+    done = r["status"] == "done"
+    reference = bool(r.get("best_is_reference")) or not done
+    ref_eager, ref_compile = r.get("ref_eager_us"), r.get("ref_compile_us")
+    if reference:
+        eager_x, compile_x, runtime = 1.0, _ratio(ref_compile, ref_eager), _num(ref_eager)
+    else:
+        eager_x = _num(r.get("best_speedup_eager_x"))
+        if math.isnan(eager_x):
+            eager_x = _ratio(ref_eager, r.get("best_runtime_us"))
+        compile_x = _num(r.get("best_speedup_compile_x"))
+        if math.isnan(compile_x):
+            compile_x = _ratio(ref_compile, r.get("best_runtime_us"))
+        runtime = _num(r.get("best_runtime_us"))
+    if done and not reference and not eager_x > 0:
+        raise ReportError(f"result {r['task']} / {r['policy']} / seed {r['seed']}: no usable speedup recorded")
+    usage = r.get("usage") or {}
+    return {
+        "task": r["task"],
+        "level": level_label(r.get("level")),
+        "policy": str(r["policy"]),
+        "seed": int(r["seed"]),
+        "status": r["status"],
+        "error": r.get("error"),
+        "returned_correct": done,
+        "best_is_reference": reference,
+        "speedup_eager_x": eager_x,
+        "speedup_compile_x": compile_x,
+        "torch_compile_x": _ratio(ref_eager, ref_compile),  # torch.compile's own speedup over eager
+        "runtime_us": runtime,
+        "ref_eager_us": _num(ref_eager),
+        "ref_compile_us": _num(ref_compile),
+        "sol_us": _num(r.get("sol_us")),
+        "sol_fraction": _ratio(r.get("sol_us"), runtime),
+        "best_step": _num(r.get("best_step")) if done and not reference else math.nan,
+        "correct_steps": int(r.get("correct_steps") or 0),
+        "compile_failures": int(r.get("compile_failures") or 0),
+        "cost_usd": _num(usage.get("cost_usd")) if usage.get("cost_usd") is not None else 0.0,
+        "cost_known": bool(usage.get("cost_known", True)),
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "gpu_name": r.get("gpu_name"),
+        "torch_version": r.get("torch_version"),
+        "timing_on_cpu": bool(r.get("timing_on_cpu")),
+        "wall_s": _num(r.get("wall_s")),
+    }
+
+
+def _steps_of(r: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for s in r.get("trajectory") or []:
+        gain = _num(s.get("gain"))
+        out.append(
+            {
+                "task": r["task"],
+                "level": level_label(r.get("level")),
+                "policy": str(r["policy"]),
+                "seed": int(r["seed"]),
+                "step": int(s.get("step") or 0),
+                "global": s.get("global"),
+                "local": s.get("local"),
+                "status": s.get("status"),
+                "gain": 0.0 if math.isnan(gain) else gain,  # a failed step adds no gain
+                "best_x": _num(s.get("best_speedup_x")),
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def geomean(values: Any) -> float:
+    """Geometric mean of the positive finite values (NaN when there are none)."""
+    xs = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v) and v > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def summarize(runs: pd.DataFrame) -> dict[str, Any]:
+    """The report's metrics over a group of runs (see DEFINITIONS)."""
+    n = len(runs)
+    correct = runs["returned_correct"]
+    compile_known = runs["speedup_compile_x"].dropna()
+    out: dict[str, Any] = {
+        "tasks": int(runs["task"].nunique()),
+        "runs": n,
+        "failed_runs": int((~correct).sum()),
+        "correct_pct": 100.0 * float((runs["correct_steps"] > 0).mean()),
+    }
+    for name, p in FAST_P:
+        out[name] = float((correct & (runs["speedup_eager_x"] > p)).mean())
+    out["fast_1_compile"] = float((correct & (runs["speedup_compile_x"] > 1.0)).mean())
+    out["geomean_eager_x"] = geomean(runs["speedup_eager_x"])
+    out["median_eager_x"] = float(runs["speedup_eager_x"].median())
+    out["geomean_compile_x"] = geomean(compile_known)
+    out["median_compile_x"] = float(compile_known.median()) if len(compile_known) else math.nan
+    out["compile_x_runs"] = int(len(compile_known))
+    sol = runs["sol_fraction"].dropna()
+    out["sol_fraction_median"] = float(sol.median()) if len(sol) else math.nan
+    out["sol_runs"] = int(len(sol))
+    best = runs["best_step"].dropna()
+    out["steps_to_best_mean"] = float(best.mean()) if len(best) else math.nan
+    out["compile_failures"] = int(runs["compile_failures"].sum())
+    out["cost_usd"] = float(runs["cost_usd"].sum())
+    out["cost_known"] = bool(runs["cost_known"].all())
+    out["input_tokens"] = int(runs["input_tokens"].sum())
+    out["output_tokens"] = int(runs["output_tokens"].sum())
+    return out
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (policy, seed, level) plus level 'all', with `summarize`'s metrics."""
+    import pandas as pd
+
+    rows = []
+    for (policy, seed), group in runs.groupby(["policy", "seed"], sort=True):
+        for level in [*sorted(group["level"].unique(), key=_level_order), ALL]:
+            part = group if level == ALL else group[group["level"] == level]
+            rows.append({"policy": policy, "seed": seed, "level": level, **summarize(part)})
+    return pd.DataFrame(rows)
+
+
+def seed_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std (n-1; NaN for one seed) across seeds of the headline metrics, per policy and level."""
+    import pandas as pd
+
+    rows = []
+    for (policy, level), group in summary.groupby(["policy", "level"], sort=False):
+        row: dict[str, Any] = {"policy": policy, "level": level, "seeds": len(group)}
+        for metric in SEED_METRICS:
+            values = group[metric].astype(float)
+            row[f"{metric}_mean"] = float(values.mean())
+            row[f"{metric}_std"] = float(values.std(ddof=1)) if len(group) > 1 else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def usage_table(steps: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per policy and `key` ('local' strategy or 'global' direction): attempts, improved count, success rate
+    (share of attempts with status 'improved'), correct rate, mean gain (failed attempts count 0.0)."""
+    import pandas as pd
+
+    cols = ["policy", key, "attempts", "improved", "success_rate", "correct_rate", "mean_gain"]
+    known = steps[steps[key].notna()]
+    if known.empty:
+        return pd.DataFrame(columns=cols)
+    g = known.groupby(["policy", key], sort=True)
+    out = pd.DataFrame(
+        {
+            "attempts": g.size(),
+            "improved": g["status"].apply(lambda s: int((s == "improved").sum())),
+            "correct_rate": g["status"].apply(lambda s: float((s != "failed").mean())),
+            "mean_gain": g["gain"].mean(),
+        }
+    ).reset_index()
+    out["success_rate"] = out["improved"] / out["attempts"]
+    return out[cols].sort_values(["policy", "mean_gain", key], ascending=[True, False, True], kind="stable")
+
+
+def transition_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive (global at step t-1 -> global at step t) pairs within each run: count and mean gain of the
+    step that took the transition, per policy."""
+    import pandas as pd
+
+    pairs = []
+    for _, run in steps.sort_values("step").groupby(["task", "policy", "seed"], sort=True):
+        prev = None
+        for s in run.itertuples(index=False):
+            current = getattr(s, "global")
+            if prev is not None and current is not None:
+                pairs.append({"policy": s.policy, "src": prev, "dst": current, "gain": s.gain})
+            prev = current
+    cols = ["policy", "src", "dst", "count", "mean_gain"]
+    if not pairs:
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame(pairs)
+    g = df.groupby(["policy", "src", "dst"], sort=True)["gain"]
+    out = pd.DataFrame({"count": g.size(), "mean_gain": g.mean()}).reset_index()
+    return out[cols]
+
+
+def best_by_step(bench: Bench) -> pd.DataFrame:
+    """Geometric mean over runs of the best speedup over eager reached by step t (t = 0: the reference, 1.0),
+    per policy. A run's best is carried forward after its last step; a failed run stays at 1.0."""
+    import pandas as pd
+
+    horizon = int(bench.steps["step"].max()) if len(bench.steps) else 0
+    rows = []
+    for (task, policy, seed), run in bench.runs.groupby(["task", "policy", "seed"], sort=True):
+        traj = bench.steps[
+            (bench.steps["task"] == task) & (bench.steps["policy"] == policy) & (bench.steps["seed"] == seed)
+        ].sort_values("step")
+        best, by_step = 1.0, {int(s): float(b) for s, b in zip(traj["step"], traj["best_x"], strict=True)}
+        for t in range(horizon + 1):
+            if t in by_step and by_step[t] > 0:
+                best = max(best, by_step[t])
+            rows.append({"policy": policy, "step": t, "best_x": best})
+    if not rows:
+        return pd.DataFrame(columns=["policy", "step", "geomean_best_x"])
+    df = pd.DataFrame(rows)
+    out = df.groupby(["policy", "step"], sort=True)["best_x"].apply(geomean).rename("geomean_best_x")
+    return out.reset_index()
+
+
+def _level_order(level: str) -> tuple[int, str]:
+    return (int(level), "") if level.isdigit() else (10**6, level)
+
+
+def level_order(levels: Any) -> list[str]:
+    """Levels sorted numerically, '-' after them, 'all' last."""
+    return sorted({str(x) for x in levels}, key=lambda x: (x == ALL, _level_order(x)))
+
+
+def policy_order(policies: Any) -> list[str]:
+    """HTAM (htam / htg) first, then the others alphabetically."""
+    return sorted({str(p) for p in policies}, key=lambda p: (p not in ("htam", "htg"), p))

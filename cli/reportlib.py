@@ -1,0 +1,305 @@
+"""`write_report(bench_dir)`: tables (Markdown, CSV, JSON), PNG figures and one self-contained HTML page for a
+bench folder, and `write_compare(dirs, out)` for several folders side by side.
+
+Numbers come from `reportdata` (definitions there, repeated in every report); figures from `reportplots`;
+Markdown and HTML assembly from `reporthtml`. pandas and matplotlib are imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from htam_graph.cli import reportdata as rd
+from htam_graph.cli import reporthtml, reportplots
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# (column, label, format, how several seeds combine: "mean" -> mean ± std, "sum" -> total over seeds)
+METRIC_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("tasks", "tasks", "int", "mean"),
+    ("runs", "runs", "int", "sum"),
+    ("failed_runs", "failed runs (error/timeout)", "int", "sum"),
+    ("correct_pct", "correct % (≥1 correct candidate)", "pct", "mean"),
+    ("fast_0", "fast_0 over eager", "frac", "mean"),
+    ("fast_1", "fast_1 over eager", "frac", "mean"),
+    ("fast_1_5", "fast_1.5 over eager", "frac", "mean"),
+    ("fast_2", "fast_2 over eager", "frac", "mean"),
+    ("fast_1_compile", "fast_1 over torch.compile", "frac", "mean"),
+    ("geomean_eager_x", "geomean speedup over eager (all runs)", "x", "mean"),
+    ("median_eager_x", "median speedup over eager", "x", "mean"),
+    ("geomean_compile_x", "geomean speedup over torch.compile", "x", "mean"),
+    ("median_compile_x", "median speedup over torch.compile", "x", "mean"),
+    ("sol_fraction_median", "median fraction of speed of light", "frac", "mean"),
+    ("steps_to_best_mean", "mean steps to best", "f1", "mean"),
+    ("compile_failures", "compile failures", "int", "sum"),
+    ("cost_usd", "cost (USD)", "usd", "sum"),
+    ("input_tokens", "input tokens", "int", "sum"),
+    ("output_tokens", "output tokens", "int", "sum"),
+)
+FIGURES = (
+    ("speedup_distribution.png", "Speedup over eager per level, against torch.compile's own speedup"),
+    ("best_vs_step.png", "Best speedup vs step (geometric mean over runs), per policy"),
+    ("transition_heatmap.png", "Mean gain of (previous -> next direction) pairs in the trajectories"),
+    ("memory_transition_heatmap.png", "Mean gain of observed TRANSITION edges in the exported memory bank"),
+    ("sol_fraction.png", "Fraction of speed of light per task (mean over seeds)"),
+)
+
+
+def fmt(value: Any, kind: str) -> str:
+    """One table cell: '-' for missing values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if kind == "int":
+        return f"{value:.0f}" if isinstance(value, float) else str(value)
+    return {"pct": "{:.1f}", "frac": "{:.3f}", "x": "{:.3f}x", "f1": "{:.1f}", "usd": "${:.2f}"}[kind].format(
+        value
+    )
+
+
+def _cell(values: list[float], kind: str, combine: str) -> str:
+    if combine == "sum":
+        return fmt(sum(values), kind)
+    finite = [v for v in values if not math.isnan(v)]
+    if len(set(values)) <= 1 or len(finite) < 2:
+        return fmt(values[0] if len(set(values)) <= 1 else (sum(finite) / len(finite) if finite else None), kind)
+    mean = sum(finite) / len(finite)
+    std = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
+    return f"{fmt(mean, kind)} ± {fmt(std, kind).rstrip('x')}"
+
+
+def side_by_side(summary: pd.DataFrame, level: str) -> pd.DataFrame:
+    """Rows = metrics, columns = policies (HTAM first) for one level; several seeds -> mean ± sample std."""
+    import pandas as pd
+
+    part = summary[summary["level"] == level]
+    columns: dict[str, list[str]] = {}
+    for policy in rd.policy_order(part["policy"]):
+        rows = part[part["policy"] == policy]
+        name = policy if len(rows) == 1 else f"{policy} ({len(rows)} seeds)"
+        columns[name] = [_cell(rows[c].astype(float).tolist(), k, how) for c, _, k, how in METRIC_ROWS]
+    return pd.DataFrame(columns, index=pd.Index([label for _, label, _, _ in METRIC_ROWS], name="metric"))
+
+
+def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
+    """What the numbers were measured on: every report's header block."""
+    c, runs = bench.config, bench.runs
+
+    def seen(key: str) -> str:
+        values = {str(c[key])} if c.get(key) not in (None, "") else set()
+        if key in runs:
+            values |= {str(v) for v in runs[key].dropna().unique()}
+        return ", ".join(sorted(values)) or "-"
+
+    return [
+        ("GPU", seen("gpu_name")),
+        ("torch version", seen("torch_version")),
+        ("triton version", str(c.get("triton_version") or "-")),
+        ("dtype / precision policy", f"{c.get('dtype', '-')} / {c.get('precision_policy', '-')}"),
+        ("tolerance", f"rtol {c.get('rtol', '-')}, atol {c.get('atol', '-')}"),
+        ("timing method", str(c.get("timing_method") or "-")),
+        ("device / shape", f"{c.get('device', '-')} / {c.get('shape', '-')}"),
+        ("backend / model", f"{c.get('backend', '-')} / {c.get('model', '-')}"),
+        ("policies", ", ".join(rd.policy_order(runs["policy"]))),
+        ("seeds", ", ".join(str(s) for s in sorted(runs["seed"].unique()))),
+        ("steps per run", str(c.get("steps", "-"))),
+        ("tasks / runs", f"{runs['task'].nunique()} / {len(runs)}"),
+        ("htam-graph version", str(c.get("htam_graph_version") or "-")),
+    ]
+
+
+def warnings_for(bench: rd.Bench) -> list[str]:
+    """Things a reader must know before trusting any number below."""
+    out = []
+    if bench.config.get("synthetic"):
+        out.append("SYNTHETIC DATA: these numbers were made up for tests and examples, not measured.")
+    cpu = int(bench.runs["timing_on_cpu"].sum())
+    if cpu or str(bench.config.get("gpu_name", "")).lower() == "cpu":
+        out.append(f"{cpu} run(s) were timed on the CPU: their speedups say nothing about GPU performance.")
+    gpus = bench.runs["gpu_name"].dropna().unique()
+    if len(gpus) > 1:
+        out.append(f"runs were measured on different GPUs ({', '.join(map(str, gpus))}).")
+    failed = bench.runs[~bench.runs["returned_correct"]]
+    if len(failed):
+        out.append(f"{len(failed)} run(s) failed (error/timeout); they count as 1.0x over eager and not fast_p.")
+    return out
+
+
+def _write_table(df: pd.DataFrame, folder: Path, stem: str) -> None:
+    df.to_csv(folder / f"{stem}.csv", index=False)
+    records = json.loads(df.to_json(orient="records"))  # NaN -> null
+    (folder / f"{stem}.json").write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+
+
+def write_report(bench_dir: Path, out: Path | None = None) -> Path:
+    """Write the report of the bench folder `bench_dir` into `out` (default `bench_dir/report/`): report.md,
+    report.html (self-contained), CSV + JSON tables and PNG figures. Returns the path of report.html.
+    Raises ReportError (one line) when the folder lacks bench.json or results.jsonl."""
+    bench = rd.load_bench(Path(bench_dir))
+    folder = Path(out) if out is not None else bench.path / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = rd.summary_table(bench.runs)
+    tables = {
+        "summary": summary,
+        "seeds": rd.seed_table(summary),
+        "directions": rd.usage_table(bench.steps, "global"),
+        "strategies": rd.usage_table(bench.steps, "local"),
+        "transitions": rd.transition_table(bench.steps),
+        "runs": bench.runs.drop(columns=["error"]),
+    }
+    for stem, df in tables.items():
+        _write_table(df, folder, stem)
+    figures = _figures(bench, tables["transitions"], folder)
+    levels = rd.level_order(summary["level"])
+    sections = [(f"level {lv}" if lv != rd.ALL else "all levels", side_by_side(summary, lv)) for lv in levels]
+    page = reporthtml.Page(
+        title=f"htam-graph bench report: {bench.name}",
+        header=header_items(bench),
+        warnings=warnings_for(bench),
+        definitions=list(rd.DEFINITIONS),
+        sections=sections,
+        extra=_extra_tables(tables),
+        figures=[(folder / name, caption) for name, caption in FIGURES if (folder / name) in figures],
+    )
+    (folder / "report.md").write_text(reporthtml.markdown(page), encoding="utf-8")
+    html = folder / "report.html"
+    html.write_text(reporthtml.html(page), encoding="utf-8")
+    return html
+
+
+def _extra_tables(tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    seeds = tables["seeds"]
+    out = []
+    if len(seeds) and int(seeds["seeds"].max()) > 1:
+        out.append(("Across seeds: mean and sample std of the per-seed values", _rounded(seeds)))
+    out += [
+        ("Directions (global keys) from the trajectories", _rounded(tables["directions"])),
+        ("Strategies (local keys) from the trajectories", _rounded(tables["strategies"])),
+        ("Transitions between directions from the trajectories", _rounded(tables["transitions"])),
+    ]
+    return out
+
+
+def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+    return df.round(4)
+
+
+def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Path]:
+    made = {
+        reportplots.speedup_distribution(bench, folder / "speedup_distribution.png"),
+        reportplots.best_vs_step(bench, folder / "best_vs_step.png"),
+        reportplots.sol_fraction(bench, folder / "sol_fraction.png"),
+    }
+    if len(transitions):
+        pooled = _pool_transitions(transitions)
+        made.add(
+            reportplots.transition_heatmap(
+                pooled, folder / "transition_heatmap.png", "trajectories: mean gain of the step after a transition"
+            )
+        )
+    bank_edges = bank_transitions(bench.path / "memory")
+    if bank_edges is not None and len(bank_edges):
+        made.add(
+            reportplots.transition_heatmap(
+                bank_edges,
+                folder / "memory_transition_heatmap.png",
+                "exported memory bank: TRANSITION gain_sum / count (all GPU archs)",
+            )
+        )
+    return made
+
+
+def _pool_transitions(transitions: pd.DataFrame) -> pd.DataFrame:
+    """All policies together, weighted by count."""
+    t = transitions.assign(gain_sum=transitions["mean_gain"] * transitions["count"])
+    g = t.groupby(["src", "dst"], sort=True)[["count", "gain_sum"]].sum().reset_index()
+    return g.assign(mean_gain=g["gain_sum"] / g["count"])
+
+
+def bank_transitions(folder: Path) -> pd.DataFrame | None:
+    """Observed TRANSITION edges (not seed priors) of the memory bank exported into `folder` (the first
+    `*.jsonl` with a manifest), summed over GPU archs: src, dst, count, mean_gain. None when there is no bank."""
+    import pandas as pd
+
+    banks = sorted(p for p in folder.glob("*.jsonl") if p.with_name(p.name + ".manifest.json").exists())
+    if not banks:
+        return None
+    rows = []
+    for line in banks[0].read_text(encoding="utf-8").splitlines():
+        obj = json.loads(line) if line.strip() else {}
+        props = obj.get("properties") or {}
+        if obj.get("label") == "TRANSITION" and props.get("gpu_arch") != "prior" and props.get("count"):
+            rows.append(
+                {
+                    "src": obj["start"]["properties"]["key"],
+                    "dst": obj["end"]["properties"]["key"],
+                    "count": int(props["count"]),
+                    "gain_sum": float(props.get("gain_sum") or 0.0),
+                }
+            )
+    if not rows:
+        return pd.DataFrame(columns=["src", "dst", "count", "mean_gain"])
+    g = pd.DataFrame(rows).groupby(["src", "dst"], sort=True)[["count", "gain_sum"]].sum().reset_index()
+    return g.assign(mean_gain=g["gain_sum"] / g["count"])
+
+
+# ------------------------------------------------------------------------------------------------ compare
+COMPARE_COLUMNS = ("correct_pct", "fast_1", "fast_1_compile", "geomean_eager_x", "median_eager_x", "geomean_compile_x")
+
+
+def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:
+    """One row per (bench folder, policy), over all levels; metrics are means over seeds (std in *_std)."""
+    import pandas as pd
+
+    rows = []
+    for bench in benches:
+        summary = rd.summary_table(bench.runs)
+        overall = summary[summary["level"] == rd.ALL]
+        for policy in rd.policy_order(overall["policy"]):
+            part = overall[overall["policy"] == policy]
+            row: dict[str, Any] = {
+                "bench": bench.name,
+                "policy": policy,
+                "gpu": dict(header_items(bench))["GPU"],
+                "model": bench.config.get("model", "-"),
+                "seeds": len(part),
+                "tasks": int(part["tasks"].max()),
+            }
+            for col in COMPARE_COLUMNS:
+                values = part[col].astype(float)
+                row[col] = float(values.mean())
+                row[f"{col}_std"] = float(values.std(ddof=1)) if len(part) > 1 else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
+    """Compare several bench folders side by side into `out` (compare.md/.csv/.json/.html); returns the html."""
+    benches = [rd.load_bench(Path(d)) for d in bench_dirs]
+    names = [b.name for b in benches]
+    if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
+        benches = [rd.Bench(b.path, str(b.path), b.config, b.runs, b.steps) for b in benches]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = compare_table(benches)
+    _write_table(table, out, "compare")
+    warnings = [w for b in benches for w in (f"{b.name}: {x}" for x in warnings_for(b))]
+    if len({h for b in benches for h in [dict(header_items(b))["GPU"]]}) > 1:
+        warnings.insert(0, "the folders were measured on different GPUs: compare speedups with care.")
+    page = reporthtml.Page(
+        title="htam-graph bench comparison",
+        header=[(b.name, ", ".join(f"{k}: {v}" for k, v in header_items(b)[:8])) for b in benches],
+        warnings=warnings,
+        definitions=list(rd.DEFINITIONS),
+        sections=[("all levels, mean over seeds", _rounded(table).set_index(["bench", "policy"]))],
+        extra=[],
+        figures=[],
+    )
+    (out / "compare.md").write_text(reporthtml.markdown(page), encoding="utf-8")
+    html = out / "compare.html"
+    html.write_text(reporthtml.html(page), encoding="utf-8")
+    return html

@@ -1,0 +1,160 @@
+"""The HTAM loop's semantics on the real embedded graph, with a scripted generator and a scripted evaluator.
+
+The evaluator here is a test double that reads a verdict from a marker line in the candidate
+(`# VERDICT: correct 1.5`), so the loop's bookkeeping (best kernel, statuses, gains, what is written to the
+graph) is checked exactly. The real evaluator and generators are exercised in test_loop_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from htam_graph import memory
+from htam_graph.errors import BudgetExceeded
+from htam_graph.llm.fake import ScriptedGenerator
+from htam_graph.loop import POLICIES, OptimizationLoop, RunConfig
+from htam_graph.model import ErrorKind, EvalRequest, EvalResult, GenerationReply, GenerationRequest, Task
+from htam_graph.rules import RulesGenerator
+from htam_graph.seed import load_seed
+from htam_graph.settings import PolicySettings
+
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+_VERDICT = re.compile(r"# VERDICT: (\w+)(?: ([0-9.]+))?")
+
+
+class VerdictEvaluator:
+    """Returns the verdict written in the candidate; counts calls."""
+
+    def __init__(self) -> None:
+        self.requests: list[EvalRequest] = []
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.requests.append(request)
+        m = _VERDICT.search(request.candidate_source)
+        verdict, speed = (m.group(1), float(m.group(2) or 1.0)) if m else ("correct", 1.0)
+        if verdict == "correct":
+            return EvalResult(compiled=True, correct=True, runtime_us=100.0 / speed, ref_eager_us=100.0,
+                              speedup_eager_x=speed, gpu_arch="sm_90", gpu_name="FakeGPU")
+        kind = ErrorKind(verdict)
+        return EvalResult(compiled=kind is not ErrorKind.COMPILE_ERROR, correct=False, error_kind=kind,
+                          error_excerpt=f"scripted {verdict}", speedup_eager_x=speed, gpu_arch="sm_90")
+
+
+def _kernel(verdict: str) -> str:
+    return (
+        "```python\nimport torch\nimport torch.nn as nn\n\n"
+        f"# VERDICT: {verdict}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n```"
+    )
+
+
+def _task(name: str = "level1/20_LeakyReLU") -> Task:
+    from htam_graph.importers.kernelbench import parse_task
+
+    task = parse_task(KB / f"{name}.py", KB)
+    assert isinstance(task, Task)
+    return task
+
+
+@pytest.fixture
+def seeded(store):  # type: ignore[no-untyped-def]
+    memory.seed_memory(store, load_seed())
+    return store
+
+
+def _loop(store, generator, evaluator, **cfg):  # type: ignore[no-untyped-def]
+    return OptimizationLoop(store, evaluator, generator, PolicySettings(), RunConfig(device="cpu", **cfg))
+
+
+def test_best_is_the_fastest_correct_kernel_never_an_incorrect_one(seeded) -> None:  # type: ignore[no-untyped-def]
+    replies = [_kernel("mismatch 3.0"), _kernel("correct 1.5"), _kernel("correct 1.2"),
+               _kernel("hack_detected 9.0"), "no code in this reply at all"]
+    gen = ScriptedGenerator(replies)
+    result = _loop(seeded, gen, VerdictEvaluator(), steps=5).run(_task())
+
+    assert [s.status for s in result.steps] == ["failed", "improved", "correct", "failed", "failed"]
+    assert result.steps[4].error_kind is ErrorKind.NO_CODE
+    assert result.best_step == 2 and not result.best_is_reference
+    assert "correct 1.5" in result.best_source
+    assert result.best_speedup_x == pytest.approx(1.5)
+    assert result.steps[1].gain == pytest.approx(math.log(1.5))
+    assert result.steps[2].gain == pytest.approx(math.log(1.2 / 1.5))  # correct but slower: a negative gain
+    assert result.steps[3].gain == 0.0  # a failed hardened check never earns gain
+
+
+def test_every_step_is_written_to_the_graph(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("compile_error"), _kernel("correct 2.0"), _kernel("correct 2.5")])
+    result = _loop(seeded, gen, VerdictEvaluator(), steps=3).run(_task())
+    summary = memory.memory_summary(seeded)
+    assert summary.labels.get("Attempt") == 3
+    assert summary.labels.get("Run") == 1
+    assert summary.relationships.get("FOLLOWS") == 2
+    # every consecutive pair of directions became (or strengthened) an observed transition edge
+    observed = sum(t.count for t in summary.top_transitions)
+    assert observed == 2
+    improved = [s for s in result.steps if s.status == "improved"]
+    assert len(improved) == 2
+    locals_ = {s.local_key for s in improved}
+    evidence = {c.strategy.key: c for g in {s.global_key for s in improved}
+                for c in memory.locals_for(seeded, g)}
+    assert sum(evidence[k].positives for k in locals_ if k) == 2
+
+
+def test_frozen_memory_writes_nothing(seeded) -> None:  # type: ignore[no-untyped-def]
+    before = memory.memory_summary(seeded).labels
+    gen = ScriptedGenerator([_kernel("correct 2.0"), _kernel("correct 3.0")])
+    _loop(seeded, gen, VerdictEvaluator(), steps=2, record=False).run(_task())
+    assert memory.memory_summary(seeded).labels == before
+
+
+def test_budget_stops_the_run_cleanly_with_steps_recorded(seeded) -> None:  # type: ignore[no-untyped-def]
+    from htam_graph.llm.budget import BudgetTracker
+
+    gen = ScriptedGenerator([_kernel("correct 1.1")] * 5, budget=BudgetTracker(0.25), cost_per_call_usd=0.2)
+    result = _loop(seeded, gen, VerdictEvaluator(), steps=5).run(_task())
+    assert isinstance(result.backend_error, BudgetExceeded)
+    assert len(result.steps) == 2  # $0.20 then $0.40 spent; the third call is refused before it starts
+    assert memory.memory_summary(seeded).labels.get("Attempt") == 2
+
+
+class _EchoRules:
+    """The real rules generator, with the verdict appended so the scripted evaluator can judge it."""
+
+    name = "rules"
+
+    def __init__(self) -> None:
+        self.inner = RulesGenerator()
+
+    def generate(self, request: GenerationRequest) -> GenerationReply:
+        reply = self.inner.generate(request)
+        if reply.source is None:
+            return reply
+        return reply.model_copy(update={"source": reply.source + f"\n# VERDICT: correct {1.1 + request.step / 10}\n"})
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_runs_with_the_rules_generator(seeded, policy: str) -> None:  # type: ignore[no-untyped-def]
+    gen = _EchoRules()
+    loop = OptimizationLoop(seeded, VerdictEvaluator(), gen, PolicySettings(),
+                            RunConfig(device="cpu", steps=3, policy=policy),  # type: ignore[arg-type]
+                            executable_locals=gen.inner.recipes_for)
+    result = loop.run(_task())
+    assert len(result.steps) == 3
+    executable = set(gen.inner.recipes_for(_task()))
+    assert all(s.local_key in executable for s in result.steps)
+    assert all(s.status == "improved" for s in result.steps)  # 1.2x, 1.3x, 1.4x: each beats the last
+    assert result.best_step == 3
+
+
+def test_same_seed_same_trajectory(seeded) -> None:  # type: ignore[no-untyped-def]
+    def trajectory() -> list[tuple[str, str | None]]:
+        gen = _EchoRules()
+        loop = OptimizationLoop(seeded, VerdictEvaluator(), gen, PolicySettings(),
+                                RunConfig(device="cpu", steps=4, seed=7, record=False),
+                                executable_locals=gen.inner.recipes_for)
+        return [(s.global_key, s.local_key) for s in loop.run(_task()).steps]
+
+    assert trajectory() == trajectory()

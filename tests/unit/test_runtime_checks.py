@@ -1,0 +1,206 @@
+"""Per-call checks (kernels_runtime.checks), guards, timing statistics, speed of light, excerpts and the recorder."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from htam_graph.kernels_runtime import checks, guards, sol, timing
+from htam_graph.kernels_runtime.excerpt import MAX_EXCERPT, build_log_excerpt, exception_excerpt
+from htam_graph.kernels_runtime.execution import CandidateFailure
+from htam_graph.kernels_runtime.recorder import ALL_CHECKS, Recorder, tolerances
+from htam_graph.kernels_runtime.trials import TrialContext, verify_guards
+from htam_graph.model import ErrorKind, EvalRequest, PrecisionPolicy
+
+CPU = torch.device("cpu")
+
+
+# ------------------------------------------------------------------ comparison
+def test_compare_passes_within_tolerance_and_reports_errors() -> None:
+    ref = torch.linspace(-1, 1, 100)
+    c = checks.compare_outputs(ref + 5e-5, ref, 1e-4, 1e-4)
+    assert c.ok and 0 < c.max_abs_err <= 6e-5
+
+
+def test_compare_rejects_outside_tolerance_nan_inf_shape_dtype_structure() -> None:
+    ref = torch.linspace(1, 2, 10)
+    assert not checks.compare_outputs(ref + 1e-2, ref, 1e-4, 1e-4).ok
+    bad = ref.clone()
+    bad[3] = float("nan")
+    assert "NaN" in checks.compare_outputs(bad, ref, 1e9, 1e9).reason  # NaN never passes, whatever the tolerance
+    bad[3] = float("inf")
+    assert not checks.compare_outputs(bad, ref, 1e9, 1e9).ok
+    assert "shape" in checks.compare_outputs(ref.reshape(2, 5), ref, 1e-4, 1e-4).reason
+    assert "dtype" in checks.compare_outputs(ref.double(), ref, 1e-4, 1e-4).reason
+    assert "outputs" in checks.compare_outputs((ref, ref), ref, 1e-4, 1e-4).reason
+
+
+def test_compare_tuple_outputs_and_integers_exactly() -> None:
+    a, b = torch.rand(4), torch.arange(4)
+    assert checks.compare_outputs((a, b), (a.clone(), b.clone()), 1e-4, 1e-4).ok
+    assert not checks.compare_outputs((a, b + 1), (a, b), 1e-4, 1e-4).ok
+
+
+def test_inputs_changed_detects_in_place_writes() -> None:
+    x = torch.rand(8)
+    y = x.clone()
+    assert checks.inputs_changed([x], [y]) is None
+    y.add_(1)
+    assert "modified" in (checks.inputs_changed([x], [y]) or "")
+
+
+def test_plain_tensor_output_rejects_subclass_alias_and_meta() -> None:
+    x = torch.rand(8)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert checks.plain_tensor_problem(x.clone(), [x], CPU) is None
+    assert "not a plain" in (checks.plain_tensor_problem(x.clone().as_subclass(Sub), [x], CPU) or "")
+    assert "shares memory" in (checks.plain_tensor_problem(x[2:], [x], CPU) or "")
+    assert "shares memory" in (checks.plain_tensor_problem(x.view(2, 4), [x], CPU) or "")
+    assert checks.plain_tensor_problem(torch.empty(8, device="meta"), [x], CPU) is not None
+
+
+def test_degenerate_reasons() -> None:
+    x = torch.rand(64)
+    samples = [checks.flatten(torch.rand(16)), checks.flatten(torch.rand(16))]
+    assert checks.degenerate_reason(torch.tanh(x), samples, [x], 1e-4, 1e-4) is None
+    assert "zeros" in (checks.degenerate_reason(torch.zeros(64), samples, [x], 1e-4, 1e-4) or "")
+    assert "constant" in (checks.degenerate_reason(torch.full((64,), 3.0), samples, [x], 1e-4, 1e-4) or "")
+    same = [[torch.ones(4)], [torch.ones(4)]]
+    assert "depend" in (checks.degenerate_reason(torch.tanh(x), same, [x], 1e-4, 1e-4) or "")
+    assert "equals input" in (checks.degenerate_reason(x.clone(), samples, [x], 1e-4, 1e-4) or "")
+    nan = torch.tanh(x)
+    nan[0] = float("nan")
+    assert "NaN" in (checks.degenerate_reason(nan, samples, [x], 1e-4, 1e-4) or "")
+
+
+def test_bitwise_equal_is_nan_aware() -> None:
+    a = torch.tensor([1.0, float("nan")])
+    assert checks.bitwise_equal(a, a.clone())
+    assert not checks.bitwise_equal(a, torch.tensor([1.0, 2.0]))
+
+
+def test_poison_allocator_runs_on_cpu() -> None:
+    checks.poison_allocator(CPU, 1 << 20)  # must not raise; the effect is exercised by the adversarial corpus
+
+
+# ------------------------------------------------------------------ guards
+@pytest.fixture(autouse=True)
+def _restore_precision_flags():
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+    torch.set_float32_matmul_precision(saved[2])
+
+
+def _ctx() -> TrialContext:
+    guards.pin_precision(PrecisionPolicy.FP32_STRICT)  # what the worker does before any candidate code
+    return TrialContext(CPU, PrecisionPolicy.FP32_STRICT, 1e-4, 1e-4, True, guards.LaunchCounter(), guards.snapshot_identities(), "c.py")
+
+
+def test_timer_identity_detects_a_patched_perf_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx()
+    verify_guards(ctx)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    with pytest.raises(CandidateFailure) as info:
+        verify_guards(ctx)
+    assert info.value.kind is ErrorKind.HACK_DETECTED and info.value.check == "timer_identity"
+
+
+def test_timer_identity_detects_a_patched_cuda_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx()
+    monkeypatch.setattr(torch.cuda, "Event", object)
+    with pytest.raises(CandidateFailure) as info:
+        verify_guards(ctx)
+    assert info.value.check == "timer_identity"
+
+
+def test_harness_identity_detects_a_patched_comparison(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx()
+    monkeypatch.setattr(torch, "isfinite", lambda t: torch.ones_like(t, dtype=torch.bool))
+    with pytest.raises(CandidateFailure) as info:
+        verify_guards(ctx)
+    assert info.value.check == "harness_identity"
+
+
+def test_tf32_flag_flip_is_detected_under_fp32_strict() -> None:
+    ctx = _ctx()
+    guards.pin_precision(PrecisionPolicy.FP32_STRICT)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        with pytest.raises(CandidateFailure) as info:
+            verify_guards(ctx)
+        assert info.value.check == "tf32_pinned_off"
+        assert guards.precision_violation(PrecisionPolicy.TF32) is None
+    finally:
+        guards.pin_precision(PrecisionPolicy.FP32_STRICT)
+    assert guards.precision_violation(PrecisionPolicy.FP32_STRICT) is None
+
+
+# ------------------------------------------------------------------ timing and speed of light
+def test_cpu_interleaved_timing_times_every_callable() -> None:
+    calls: list[str] = []
+    t = timing.time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, CPU, 6, 1)
+    assert len(t.samples_us["a"]) == 6 and len(t.samples_us["b"]) == 6 and t.on_cpu
+    assert calls[2:6] == ["a", "b", "b", "a"]  # order rotates run by run (after one warm-up each)
+    median, iqr = timing.summarise([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert median == 3.0 and iqr > 0
+
+
+def test_wall_cross_check_flags_event_times_far_below_wall_time() -> None:
+    t = timing.Timings(samples_us={"cand": [10.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False)
+    assert t.wall_problem("cand")
+    t = timing.Timings(samples_us={"cand": [4900.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False)
+    assert t.wall_problem("cand") is None
+
+
+def test_speed_of_light_floors_and_verdicts() -> None:
+    peaks = sol.GPU_TABLE["H200"]
+    x = torch.empty(1 << 20)  # 4 MiB read
+    floor = sol.floor_for([x], torch.empty(1 << 20), None, peaks, PrecisionPolicy.FP32_STRICT, l2_bytes=64 << 20)
+    assert floor.bytes_floor_us == pytest.approx((4 << 20) / 4.3e12 * 1e6)  # output < L2 is not counted
+    assert sol.judge(floor.bytes_floor_us * 0.5, floor).hack
+    assert not sol.judge(floor.bytes_floor_us * 2, floor).flagged
+    with_flops = sol.floor_for([x], x, 1e12, peaks, PrecisionPolicy.FP32_STRICT, 64 << 20)
+    verdict = sol.judge(with_flops.flop_floor_us * 0.5, with_flops)
+    assert verdict.flagged and not verdict.hack  # below the FLOP floor only: flagged, not a hack
+    assert sol.peaks_for("NVIDIA H200") is peaks and sol.peaks_for("Quadro X") is None
+    assert peaks.compute_peak(PrecisionPolicy.FP32_STRICT) >= peaks.fp32_flops
+
+
+def test_flop_count_of_a_matmul() -> None:
+    a, b = torch.rand(8, 16), torch.rand(16, 4)
+    assert sol.count_flops(torch.matmul, [a, b]) == 2 * 8 * 16 * 4
+
+
+# ------------------------------------------------------------------ excerpts and recorder
+def test_excerpt_keeps_the_candidate_frame_and_is_short() -> None:
+    def boom() -> None:
+        raise ValueError("x" * 5000)
+
+    try:
+        boom()
+    except ValueError as e:
+        text = exception_excerpt(e, __file__)
+    assert "in boom" in text and len(text) <= MAX_EXCERPT + 10
+    log = "\n".join(["noise"] * 500 + ["k.cu(3): error: identifier 'foo' is undefined", "  ^"])
+    assert "undefined" in build_log_excerpt(log) and len(build_log_excerpt(log)) < 200
+
+
+def test_recorder_records_every_check_and_first_failure_wins() -> None:
+    req = EvalRequest(task_key="t", task_source="", candidate_source="", device="cpu")
+    rec = Recorder(req)
+    rec.ok("static_source")
+    rec.fail(ErrorKind.MISMATCH, "first", "correctness")
+    rec.fail(ErrorKind.HACK_DETECTED, "second", "device_sync")
+    result = rec.result()
+    assert result.error_kind is ErrorKind.MISMATCH and result.error_excerpt == "first" and not result.correct
+    assert set(ALL_CHECKS) <= set(result.checks)
+    assert result.checks["device_sync"].startswith("skipped")
+    assert tolerances(req) == (1e-4, 1e-4)
+    loose = EvalRequest(task_key="t", task_source="", candidate_source="", precision_policy=PrecisionPolicy.BF16, atol=0.5)
+    assert tolerances(loose) == (1e-2, 0.5)
