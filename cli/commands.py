@@ -29,3 +29,6 @@ def register(root: click.Group) -> None:
     from htam_graph.cli.report import report
 
     root.add_command(report)
+    from htam_graph.cli.bench import bench
+
+    root.add_command(bench)

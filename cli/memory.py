@@ -221,3 +221,15 @@ def import_cmd(ctx: click.Context, file: Path) -> None:
         f"imported {file}: {counts.attempts_new} new attempts, {counts.attempts_known} already known, "
         f"{sum(counts.nodes.values())} nodes merged, {counts.priors} prior transitions"
     )
+
+
+def _register_extras() -> None:
+    # `memory view` (cli/memview.py) and `memory push/pull` (cli/memsync.py) live in their own modules.
+    from htam_graph.cli.memsync import pull_cmd, push_cmd
+    from htam_graph.cli.memview import view_cmd
+
+    for command in (view_cmd, push_cmd, pull_cmd):
+        memory_group.add_command(command)
+
+
+_register_extras()

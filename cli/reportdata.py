@@ -107,7 +107,9 @@ def _read_results(file: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError as e:
             raise ReportError(f"{file}:{n}: not valid JSON") from e
-        missing = [k for k in ("task", "policy", "seed", "status") if not isinstance(row, dict) or k not in row]
+        missing = [
+            k for k in ("task", "policy", "seed", "status") if not isinstance(row, dict) or k not in row
+        ]
         if missing:
             raise ReportError(f"{file}:{n}: a result needs the field(s) {', '.join(missing)}")
         rows.append(row)
@@ -149,7 +151,9 @@ def _derive(r: dict[str, Any]) -> dict[str, Any]:
             compile_x = _ratio(ref_compile, r.get("best_runtime_us"))
         runtime = _num(r.get("best_runtime_us"))
     if done and not reference and not eager_x > 0:
-        raise ReportError(f"result {r['task']} / {r['policy']} / seed {r['seed']}: no usable speedup recorded")
+        raise ReportError(
+            f"result {r['task']} / {r['policy']} / seed {r['seed']}: no usable speedup recorded"
+        )
     usage = r.get("usage") or {}
     return {
         "task": r["task"],
@@ -299,10 +303,10 @@ def transition_table(steps: pd.DataFrame) -> pd.DataFrame:
     pairs = []
     for _, run in steps.sort_values("step").groupby(["task", "policy", "seed"], sort=True):
         prev = None
-        for s in run.itertuples(index=False):
-            current = getattr(s, "global")
+        for s in run.to_dict("records"):  # not itertuples: `global` is a Python keyword
+            current = s["global"]
             if prev is not None and current is not None:
-                pairs.append({"policy": s.policy, "src": prev, "dst": current, "gain": s.gain})
+                pairs.append({"policy": s["policy"], "src": prev, "dst": current, "gain": s["gain"]})
             prev = current
     cols = ["policy", "src", "dst", "count", "mean_gain"]
     if not pairs:
@@ -320,7 +324,9 @@ def best_by_step(bench: Bench) -> pd.DataFrame:
 
     horizon = int(bench.steps["step"].max()) if len(bench.steps) else 0
     rows = []
-    for (task, policy, seed), run in bench.runs.groupby(["task", "policy", "seed"], sort=True):
+    for task, policy, seed in (
+        bench.runs[["task", "policy", "seed"]].drop_duplicates().itertuples(index=False)
+    ):
         traj = bench.steps[
             (bench.steps["task"] == task) & (bench.steps["policy"] == policy) & (bench.steps["seed"] == seed)
         ].sort_values("step")

@@ -16,7 +16,7 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th:first-child, td:first-child, table.header td { text-align: left; }
 thead th { background: #f0f0f0; }
 .warning { background: #fff3cd; border: 1px solid #e0b000; padding: 0.5em 1em; margin: 0.3em 0; }
 figure { margin: 1em 0; } figcaption { font-size: 13px; color: #555; }
@@ -83,7 +83,9 @@ def html(page: Page) -> str:
     parts += [f'<div class="warning"><b>WARNING:</b> {esc(w)}</div>' for w in page.warnings]
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in page.header)
     parts.append(f'<table class="header"><tbody>{rows}</tbody></table>')
-    parts.append("<h2>Definitions</h2><ul>" + "".join(f"<li>{esc(d)}</li>" for d in page.definitions) + "</ul>")
+    parts.append(
+        "<h2>Definitions</h2><ul>" + "".join(f"<li>{esc(d)}</li>" for d in page.definitions) + "</ul>"
+    )
     for title, df in [*page.sections, *page.extra]:
         body = df.to_html(na_rep="-", border=0, classes="data") if len(df) else "<p>(none)</p>"
         parts.append(f"<h2>{esc(title)}</h2>{body}")

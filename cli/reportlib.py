@@ -66,7 +66,9 @@ def _cell(values: list[float], kind: str, combine: str) -> str:
         return fmt(sum(values), kind)
     finite = [v for v in values if not math.isnan(v)]
     if len(set(values)) <= 1 or len(finite) < 2:
-        return fmt(values[0] if len(set(values)) <= 1 else (sum(finite) / len(finite) if finite else None), kind)
+        return fmt(
+            values[0] if len(set(values)) <= 1 else (sum(finite) / len(finite) if finite else None), kind
+        )
     mean = sum(finite) / len(finite)
     std = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
     return f"{fmt(mean, kind)} ± {fmt(std, kind).rstrip('x')}"
@@ -123,9 +125,17 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     gpus = bench.runs["gpu_name"].dropna().unique()
     if len(gpus) > 1:
         out.append(f"runs were measured on different GPUs ({', '.join(map(str, gpus))}).")
+    beyond = int((bench.runs["sol_fraction"] > 1.0).sum())
+    if beyond:
+        out.append(
+            f"{beyond} run(s) ran faster than their speed-of-light bound (SOL fraction > 1): the SOL estimate "
+            "or the timing of those runs is wrong."
+        )
     failed = bench.runs[~bench.runs["returned_correct"]]
     if len(failed):
-        out.append(f"{len(failed)} run(s) failed (error/timeout); they count as 1.0x over eager and not fast_p.")
+        out.append(
+            f"{len(failed)} run(s) failed (error/timeout); they count as 1.0x over eager and not fast_p."
+        )
     return out
 
 
@@ -149,7 +159,7 @@ def write_report(bench_dir: Path, out: Path | None = None) -> Path:
         "directions": rd.usage_table(bench.steps, "global"),
         "strategies": rd.usage_table(bench.steps, "local"),
         "transitions": rd.transition_table(bench.steps),
-        "runs": bench.runs.drop(columns=["error"]),
+        "runs": bench.runs,
     }
     for stem, df in tables.items():
         _write_table(df, folder, stem)
@@ -198,7 +208,9 @@ def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Pa
         pooled = _pool_transitions(transitions)
         made.add(
             reportplots.transition_heatmap(
-                pooled, folder / "transition_heatmap.png", "trajectories: mean gain of the step after a transition"
+                pooled,
+                folder / "transition_heatmap.png",
+                "trajectories: mean gain of the step after a transition",
             )
         )
     bank_edges = bank_transitions(bench.path / "memory")
@@ -248,7 +260,14 @@ def bank_transitions(folder: Path) -> pd.DataFrame | None:
 
 
 # ------------------------------------------------------------------------------------------------ compare
-COMPARE_COLUMNS = ("correct_pct", "fast_1", "fast_1_compile", "geomean_eager_x", "median_eager_x", "geomean_compile_x")
+COMPARE_COLUMNS = (
+    "correct_pct",
+    "fast_1",
+    "fast_1_compile",
+    "geomean_eager_x",
+    "median_eager_x",
+    "geomean_compile_x",
+)
 
 
 def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:

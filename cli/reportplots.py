@@ -38,6 +38,15 @@ def _ecdf(ax: Any, values: list[float], label: str, **style: Any) -> None:
     ax.step([xs[0], *xs], [0.0, *ys], where="post", label=f"{label} (n={len(xs)})", **style)
 
 
+def _plain_ticks(axis: Any) -> None:
+    """'0.5x', '2x' instead of matplotlib's 2×10^0 labels on a log axis."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    axis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+
+
 def speedup_distribution(bench: Bench, path: Path) -> Path:
     """Per level: the ECDF of each policy's speedup over eager against torch.compile's own speedup over eager
     (ref_eager_us / ref_compile_us, one value per task) on a log axis."""
@@ -53,6 +62,7 @@ def speedup_distribution(bench: Bench, path: Path) -> Path:
         _ecdf(ax, per_task, "torch.compile", color="black", linestyle="--")
         ax.axvline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log")
+        _plain_ticks(ax.xaxis)
         ax.set_title(f"level {level}")
         ax.set_xlabel("speedup over eager (log)")
         ax.set_ylabel("fraction of runs with speedup ≤ x")

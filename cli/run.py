@@ -91,6 +91,7 @@ def step_row(s: StepOutcome) -> dict[str, Any]:
 
 def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> dict[str, Any]:
     best = result.best_result
+    env = best or result.first_result
     return {
         "task": result.task_key,
         "run_key": result.run_key,
@@ -105,15 +106,17 @@ def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> d
         "best_is_reference": result.best_is_reference,
         "best_step": result.best_step,
         "best_speedup_eager_x": result.best_speedup_x if not result.best_is_reference else 1.0,
-        "best_speedup_compile_x": best.speedup_compile_x if best else None,
+        "best_speedup_compile_x": result.best_speedup_compile_x,
         "best_runtime_us": best.runtime_us if best else None,
-        "ref_eager_us": best.ref_eager_us if best else None,
-        "ref_compile_us": best.ref_compile_us if best else None,
-        "gpu_name": best.gpu_name if best else None,
-        "torch_version": best.torch_version if best else None,
-        "timing_on_cpu": best.timing_on_cpu if best else None,
-        "rtol": best.rtol if best else None,
-        "atol": best.atol if best else None,
+        "ref_eager_us": best.ref_eager_us if best else result.ref_eager_us,
+        "ref_compile_us": result.ref_compile_us,
+        "sol_us": best.sol_us if best else None,
+        "gpu_name": env.gpu_name if env else None,
+        "torch_version": env.torch_version if env else None,
+        "timing_on_cpu": env.timing_on_cpu if env else None,
+        "rtol": env.rtol if env else None,
+        "atol": env.atol if env else None,
+        "compile_failures": sum(1 for s in result.steps if s.result is not None and not s.result.compiled),
         "correct_steps": sum(1 for s in result.steps if s.status != "failed"),
         "usage": result.usage.model_dump(),
         "stopped_reason": result.stopped_reason,

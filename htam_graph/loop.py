@@ -64,7 +64,7 @@ class RunConfig:
     seed: int = 0
     timeout_s: float = 600.0
     trials: int = 5
-    timing_runs: int = 20
+    timing_runs: int | None = None  # None: 20 on a GPU; 3 on the CPU, where timings are never claims
     record: bool = True  # False: a frozen memory (read, never written)
 
 
@@ -102,6 +102,18 @@ class RunResult:
     steps: list[StepOutcome] = field(default_factory=list)
     stopped_reason: str = ""
     backend_error: BackendError | None = None
+    ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
+    ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
+    first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome
+
+    @property
+    def best_speedup_compile_x(self) -> float | None:
+        """Speed-up of the returned kernel over torch.compile (the reference's own ratio when it is returned)."""
+        if self.ref_compile_us is None:
+            return None
+        if self.best_is_reference or self.best_result is None or not self.best_result.runtime_us:
+            return self.ref_compile_us / self.ref_eager_us if self.ref_eager_us else None
+        return self.ref_compile_us / self.best_result.runtime_us
 
     @property
     def usage(self) -> Usage:
@@ -330,6 +342,7 @@ class OptimizationLoop:
             correct = compiled = False
             speedup = None
         else:
+            # torch.compile of the reference costs seconds: it is measured once per run, at the first timed step.
             evaluation = self.evaluator.evaluate(
                 EvalRequest(
                     task_key=task.key,
@@ -339,11 +352,17 @@ class OptimizationLoop:
                     shape=cfg.shape,
                     precision_policy=cfg.precision_policy,
                     trials=cfg.trials,
-                    timing_runs=cfg.timing_runs,
+                    timing_runs=cfg.timing_runs or (20 if cfg.device == "cuda" else 3),
                     timeout_s=cfg.timeout_s,
                     seed=cfg.seed + step,
+                    measure_baselines=result.ref_compile_us is None,
                 )
             )
+            result.first_result = result.first_result or evaluation
+            if result.ref_compile_us is None and evaluation.ref_compile_us:
+                result.ref_compile_us = evaluation.ref_compile_us
+            if result.ref_eager_us is None and evaluation.ref_eager_us:
+                result.ref_eager_us = evaluation.ref_eager_us
             error_kind, excerpt = evaluation.error_kind, evaluation.error_excerpt
             correct, compiled = evaluation.correct, evaluation.compiled
             speedup = evaluation.speedup_eager_x

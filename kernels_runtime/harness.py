@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import checks, guards, shapes, sol, taskmod, timing
+from htam_graph.kernels_runtime import checks, gpulock, guards, shapes, taskmod, timing
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import (
     CandidateFailure,
@@ -30,6 +30,7 @@ from htam_graph.kernels_runtime.execution import (
     make_inputs,
     temporary_globals,
 )
+from htam_graph.kernels_runtime.measure import compiled_reference, speed_of_light
 from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
 from htam_graph.kernels_runtime.recorder import Recorder
 from htam_graph.kernels_runtime.trials import (
@@ -135,16 +136,36 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
     return rec.result()
 
 
+class _Phases:
+    """Wall time per pipeline phase, recorded as the `phase_s` info entry (benchmarks/runtime_cost.py reads it)."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.times: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - start
+            self.rec.info("phase_s", ", ".join(f"{k} {v:.3f}" for k, v in self.times.items()))
+
+
 def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch.device, tmp: Path) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessFailure("device=cuda requested but CUDA is not available in the worker")
+    phase = _Phases(rec)
     _static(req, rec)
-    variants = _variants(req)
+    with phase("variants"):
+        variants = _variants(req)
     rec.set(shape_variant=_variant_label(req.shape, variants[0]))
     task = _load_task(req, variants[0])
     guards.pin_precision(req.precision_policy)
     t0 = time.perf_counter()
-    candidate, cand_file = load_candidate(req.candidate_source, tmp, variants[0])
+    with phase("import"):
+        candidate, cand_file = load_candidate(req.candidate_source, tmp, variants[0])
     import_s = time.perf_counter() - t0
     ctx = TrialContext(
         device, req.precision_policy, rec.rtol, rec.atol, req.candidate_kind == "kernel",
@@ -154,16 +175,17 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
     rec.info("weights", weights_note)
 
-    outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
-    # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
-    rec.set(compiled=True, compile_s=import_s + (ctx.first_call_s or 0.0))
-    for t in range(1, req.trials):
-        outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
-    _record_errors(rec, outcomes)
-    _extra_shapes(req, rec, ctx, candidate, variants[1:], cand_file)
-    _deterministic_rerun(req, rec, ctx, task, ref, cand)
-    _degeneracy(rec, outcomes)
-    _timing(req, rec, ctx, task, ref, cand)
+    with phase("correctness"):
+        outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
+        # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
+        rec.set(compiled=True, compile_s=import_s + (ctx.first_call_s or 0.0))
+        for t in range(1, req.trials):
+            outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
+        _record_errors(rec, outcomes)
+        _extra_shapes(req, rec, ctx, candidate, variants[1:], cand_file)
+        _deterministic_rerun(req, rec, ctx, task, ref, cand)
+        _degeneracy(rec, outcomes)
+    _timing(req, rec, ctx, task, ref, cand, phase)
     rec.ok(
         "correctness",
         f"{ctx.poisoned_trials} trials (main, extra shapes, recheck) within rtol={rec.rtol:g} atol={rec.atol:g}",
@@ -285,7 +307,13 @@ def _degeneracy(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
 
 
 def _timing(
-    req: EvalRequest, rec: Recorder, ctx: TrialContext, task: types.ModuleType, ref: Any, cand: Any
+    req: EvalRequest,
+    rec: Recorder,
+    ctx: TrialContext,
+    task: types.ModuleType,
+    ref: Any,
+    cand: Any,
+    phase: _Phases,
 ) -> None:
     seed = _seed(req, 0, 500)
     inputs = make_inputs(task, seed, ctx.device)
@@ -303,11 +331,16 @@ def _timing(
         per_call.append(ctx.counter.total - before)
 
     fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
-    compiled = _compiled_reference(req, rec, ctx, ref, ref_inputs)
+    with phase("torch_compile"):
+        compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
     if compiled is not None:
         fns["compile"] = compiled
     guards.pin_precision(req.precision_policy)
-    t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
+    with (
+        phase("timing"),
+        gpulock.timing_lock(ctx.device.index or 0),
+    ):  # serial timing per GPU across bench workers
+        t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
     verify_guards(ctx)
     if ctx.require_kernel and min(per_call) == 0:
         raise CandidateFailure(
@@ -328,7 +361,7 @@ def _timing(
         "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
     )
     # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
-    with _attributed("recheck_after_timing"):
+    with _attributed("recheck_after_timing"), phase("recheck"):
         run_trial(
             ctx,
             task,
@@ -340,55 +373,5 @@ def _timing(
         )
         run_trial(ctx, task, ref, cand, _seed(req, 0, 502), "recheck after timing (fresh storage)")
     rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
-    _speed_of_light(req, rec, ctx, ref, inputs, median)
-
-
-def _compiled_reference(
-    req: EvalRequest, rec: Recorder, ctx: TrialContext, ref: Any, inputs: list[Any]
-) -> Any:
-    if not req.measure_baselines:
-        rec.skip("baseline_compile", "request.measure_baselines=False")
-        return None
-    if ctx.device.type != "cuda":
-        rec.skip("baseline_compile", "torch.compile is not measured on the CPU")
-        return None
-    try:
-        compiled = torch.compile(ref)
-        with torch.no_grad():
-            compiled(*inputs)  # compiles now, outside the timed loop
-        torch.cuda.synchronize()
-    except Exception as e:  # a compile failure is recorded, never fatal
-        rec.skip("baseline_compile", f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}")
-        return None
-    rec.ok("baseline_compile", "torch.compile(reference), default mode")
-
-    def run() -> None:
-        with torch.no_grad():
-            compiled(*inputs)
-
-    return run
-
-
-def _speed_of_light(
-    req: EvalRequest, rec: Recorder, ctx: TrialContext, ref: Any, inputs: list[Any], median_us: float
-) -> None:
-    if ctx.device.type != "cuda":
-        rec.skip("speed_of_light", "CPU timing: no GPU floor")
-        return
-    gpu = torch.cuda.get_device_name(ctx.device)
-    peaks = sol.peaks_for(gpu)
-    if peaks is None:
-        rate = sol.measure_copy_rate(ctx.device)
-        peaks = sol.GpuPeaks(rate, 0.0, 0.0, 0.0, f"{gpu}: measured copy rate only")
-    flops = sol.count_flops(ref, checks.clone_inputs(inputs))
-    ref_out = call_reference(ref, checks.clone_inputs(inputs), 0, ctx)
-    l2 = timing.l2_flush_bytes(ctx.device) // 2
-    floor = sol.floor_for(inputs, ref_out, flops, peaks, req.precision_policy, l2)
-    verdict = sol.judge(median_us, floor)
-    rec.set(sol_us=floor.sol_us, sol_flagged=verdict.flagged)
-    if verdict.hack:
-        raise CandidateFailure(ErrorKind.HACK_DETECTED, "speed_of_light", verdict.note)
-    if verdict.flagged:
-        rec.fail_check("speed_of_light", f"flagged for review (candidate kept correct): {verdict.note}")
-    else:
-        rec.ok("speed_of_light", f"{verdict.note} ({peaks.source})")
+    with phase("speed_of_light"):
+        speed_of_light(req, rec, ctx, ref, inputs, median)

@@ -23,7 +23,7 @@ import ast
 import hashlib
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,10 +54,12 @@ STRUCTURAL_TOKENS = frozenset(
 )
 FLOOR = 8  # scalable sizes are never shrunk below this (or below their own value)
 SMOKE_BATCH = 2
-MAX_ELEMENTS = 1 << 21  # input elements of a smoke variant (meta estimate)
+MAX_ELEMENTS = 1 << 16  # input + output elements of a smoke variant (meta estimate): Triton candidates run
+# under the interpreter on the CPU, which costs ~5 µs per element, so smoke tensors stay in the tens of thousands
 MAX_PARAMS = 1 << 22
 MAX_FLOPS = 2_000_000_000  # matmul/conv FLOPs of a smoke variant (meta estimate)
 DEFAULT_BUDGET_S = 1.0
+_GIVE_UP_FACTOR = 10.0  # stop backing off after a failed step that took this many budgets
 _MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
 
@@ -227,13 +229,18 @@ def smoke_overrides(source: str, budget_s: float = DEFAULT_BUDGET_S, name: str =
     return spec
 
 
-def _size(estimate: refprobe.MetaEstimate) -> int:
-    return _elements(estimate) + int(estimate.param_numel)
+def _size(estimate: refprobe.MetaEstimate) -> tuple[int, int]:
+    return _elements(estimate), int(estimate.param_numel)
+
+
+def _shrinks(smaller: tuple[int, int], larger: tuple[int, int]) -> bool:
+    """Whether a step cuts the inputs or the parameters by at least a quarter (else it is not worth a run)."""
+    return any(s <= 0.75 * big for s, big in zip(smaller, larger, strict=True)) or larger == (0, 0)
 
 
 def _estimates(
     source: str, ladder: list[dict[str, OverrideValue]], name: str
-) -> tuple[int, list[bool], list[int]]:
+) -> tuple[int, list[bool], list[tuple[int, int]]]:
     """(the mildest step whose meta estimate fits the caps, which steps are small enough to try at all, sizes).
 
     Inputs and parameters only: the CPU run that follows is the real judge of the cost (and scales harder
@@ -248,7 +255,7 @@ def _estimates(
         # Try every step that changes something, mildest first after the batch-only step.
         tryable = [bool(variant) for variant in ladder]
         start = next((i for i, ok in enumerate(tryable) if ok), len(ladder) - 1)
-        return start, tryable, [0] * len(ladder)
+        return start, tryable, [(0, 0)] * len(ladder)
     start = next((i for i, e in enumerate(estimates) if _fits(e, caps)), len(ladder) - 1)
     tryable = [_fits(e, hard_caps) or i >= start for i, e in enumerate(estimates)]
     return start, tryable, [_size(e) for e in estimates]
@@ -280,11 +287,17 @@ def _search_ladder(
     # Back off towards milder steps on errors, harder towards aggressive ones when over budget.
     order = [i for i in [start, *range(start - 1, -1, -1)] if tryable[i]]
     chosen: int | None = None
+    previous = ""
     for i in order:
-        if run(i).ok:
+        probe = run(i)
+        if probe.ok:
             chosen = i
             break
-    if chosen is None:
+        if probe.reason == previous or probe.build_s + probe.forward_s > _GIVE_UP_FACTOR * budget_s:
+            break  # the same failure at two sizes is not about size; a slower step is no smoke test
+        previous = probe.reason
+    # Harder steps only help with a size-dependent failure (one failing step alone says nothing either way).
+    if chosen is None and (len(order) == 1 or previous != run(start).reason):
         order = list(range(start + 1, len(ladder)))
         chosen = next((i for i in order if run(i).ok), None)
     if chosen is None:
@@ -294,25 +307,24 @@ def _search_ladder(
     for i in range(chosen + 1, len(ladder)):
         if tried[chosen].forward_s + tried[chosen].build_s <= budget_s or harder >= _MAX_HARDER:
             break
-        if sizes[i] > 0.75 * sizes[chosen]:
+        if not _shrinks(sizes[i], sizes[chosen]):
             continue  # this step hardly shrinks anything (the cost sits in literal sizes or the weights)
         harder += 1
         probe = run(i)
         if probe.ok and not (probe.constant_output and not tried[chosen].constant_output):
             chosen = i
     if tried[chosen].constant_output:
-        chosen = _prefer_varying(chosen, run)
+        chosen = _prefer_varying(chosen, run, tryable)
     result = tried[chosen]
     note = "constant output at every tried variant" if result.constant_output else ""
     return ShapeSpec("smoke", 0, dict(ladder[chosen]), "cpu", result.forward_s, result.build_s, note)
 
 
-def _prefer_varying(chosen: int, run: object) -> int:
+def _prefer_varying(chosen: int, run: Callable[[int], refprobe.ProbeResult], tryable: list[bool]) -> int:
     """A constant output proves little: try up to two milder steps for one that varies."""
-    assert callable(run)
     for i in range(chosen - 1, max(chosen - 3, -1), -1):
-        probe = run(i)
-        if probe.ok and not probe.constant_output:
+        probe = run(i) if tryable[i] else None
+        if probe is not None and probe.ok and not probe.constant_output:
             return i
     return chosen
 

@@ -7,4 +7,12 @@ Public API: `RulesGenerator` (the `Generator` port, name "rules"), `recipes_for(
 from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, parse_header
 from htam_graph.rules.generator import RulesGenerator, applies, recipes_for
 
-__all__ = ["Applicability", "KernelConfig", "NotApplicable", "RulesGenerator", "applies", "parse_header", "recipes_for"]
+__all__ = [
+    "Applicability",
+    "KernelConfig",
+    "NotApplicable",
+    "RulesGenerator",
+    "applies",
+    "parse_header",
+    "recipes_for",
+]

@@ -36,7 +36,8 @@ from htam_graph.rules.ops import (
 
 __all__ = ["analyse_source", "load_namespace"]
 
-_MARKER_BASE = 7919.0  # marker i is _MARKER_BASE + i / 512 (exact in binary, unlikely in a task)
+_MARKER_BASE = 7919.0  # float marker i is _MARKER_BASE + i / 512 (exact in binary, unlikely in a task)
+_INT_MARKER_BASE = 1_000_003  # int marker i is _INT_MARKER_BASE + i
 
 
 def load_namespace(source: str, name: str = "task") -> dict[str, Any]:
@@ -52,9 +53,26 @@ def load_namespace(source: str, name: str = "task") -> dict[str, Any]:
     return module.__dict__
 
 
-@functools.lru_cache(maxsize=64)
 def analyse_source(source: str) -> OpGraph:
-    """The op graph of the task's `Model.forward` at the task's own sizes. Raises NotApplicable."""
+    """The op graph of the task's `Model.forward` at the task's own sizes. Raises NotApplicable.
+
+    Results (graphs and reasons alike) are cached by source: `recipes_for` asks once per recipe.
+    """
+    outcome = _analyse_cached(source)
+    if isinstance(outcome, NotApplicable):
+        raise NotApplicable(str(outcome))
+    return outcome
+
+
+@functools.lru_cache(maxsize=128)
+def _analyse_cached(source: str) -> OpGraph | NotApplicable:
+    try:
+        return _analyse(source)
+    except NotApplicable as e:
+        return NotApplicable(str(e))  # without its traceback: the cache must not keep the frames alive
+
+
+def _analyse(source: str) -> OpGraph:
     import torch
 
     namespace = load_namespace(source)
@@ -64,7 +82,9 @@ def analyse_source(source: str) -> OpGraph:
             model = namespace["Model"](*init_inputs)
             inputs = list(namespace["get_inputs"]())
         except Exception as e:
-            raise NotApplicable(f"building the model on the meta device failed: {type(e).__name__}: {e}") from e
+            raise NotApplicable(
+                f"building the model on the meta device failed: {type(e).__name__}: {e}"
+            ) from e
     gm = _trace(model)
     try:
         from torch.fx.passes.shape_prop import ShapeProp
@@ -123,7 +143,9 @@ def _meta(fx_node: Any, with_shapes: bool) -> tuple[tuple[int, ...], str]:
         return (), ""
     meta = fx_node.meta.get("tensor_meta")
     if meta is None or not hasattr(meta, "shape"):
-        raise NotApplicable(f"{fx_node.name} is not a tensor (non-tensor inputs or outputs are not supported)")
+        raise NotApplicable(
+            f"{fx_node.name} is not a tensor (non-tensor inputs or outputs are not supported)"
+        )
     return tuple(int(s) for s in meta.shape), str(meta.dtype)
 
 
@@ -160,7 +182,9 @@ def _value(arg: Any, names: dict[Any, str]) -> Value:
     raise NotApplicable(f"unsupported argument {arg!r} ({type(arg).__name__})")
 
 
-def _call_node(gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], with_shapes: bool) -> OpNode:
+def _call_node(
+    gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], with_shapes: bool
+) -> OpNode:
     shape, dtype = _meta(fx_node, with_shapes)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
@@ -170,14 +194,17 @@ def _call_node(gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, Te
         args = list(fx_node.args)
     elif fx_node.op == "call_method":
         method = str(fx_node.target)
-        sig = SIGNATURES.get(method.rstrip("_")) if method not in ("where",) else None
-        if sig is None:
+        found = SIGNATURES.get(method.rstrip("_")) if method != "where" else None  # x.where(c, y) differs
+        if found is None:
             raise NotApplicable(f"unsupported tensor method .{method}()")
+        sig = found
         origin = f"Tensor.{method}"
         args = list(fx_node.args)
     else:
         raise NotApplicable(f"unsupported fx node {fx_node.op}")
-    operands, params = _bind(sig, [_value(a, names) for a in args], {k: _value(v, names) for k, v in fx_node.kwargs.items()})
+    operands, params = _bind(
+        sig, [_value(a, names) for a in args], {k: _value(v, names) for k, v in fx_node.kwargs.items()}
+    )
     _check_semantics(sig, operands, params)
     return OpNode(fx_node.name, sig.kind, sig.op, operands, params, shape, dtype, None, origin)
 
@@ -198,7 +225,12 @@ def _function_signature(target: Any) -> Signature:
 
 
 def _module_node(
-    gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], shape: tuple[int, ...], dtype: str
+    gm: Any,
+    fx_node: Any,
+    names: dict[Any, str],
+    attrs: dict[str, TensorInfo],
+    shape: tuple[int, ...],
+    dtype: str,
 ) -> OpNode:
     path = str(fx_node.target)
     module = gm.get_submodule(path)
@@ -233,7 +265,9 @@ def _module_scalar(module: Any, path: str, attr: str) -> Value:
     return Const(value)
 
 
-def _bind(sig: Signature, args: list[Value], kwargs: dict[str, Value]) -> tuple[tuple[Value, ...], tuple[tuple[str, Value], ...]]:
+def _bind(
+    sig: Signature, args: list[Value], kwargs: dict[str, Value]
+) -> tuple[tuple[Value, ...], tuple[tuple[str, Value], ...]]:
     slots = [*sig.operands, *(p for p, _ in sig.params)]
     if len(args) > len(slots):
         raise NotApplicable(f"{sig.op}: unexpected extra positional arguments")
@@ -259,10 +293,14 @@ def _bind(sig: Signature, args: list[Value], kwargs: dict[str, Value]) -> tuple[
     return tuple(operands), params
 
 
-def _check_semantics(sig: Signature, operands: tuple[Value, ...], params: tuple[tuple[str, Value], ...]) -> None:
+def _check_semantics(
+    sig: Signature, operands: tuple[Value, ...], params: tuple[tuple[str, Value], ...]
+) -> None:
     """Reject calls whose name is elementwise but whose arguments make them something else."""
     if sig.op in ("max", "min") and not isinstance(operands[1], Ref):
-        raise NotApplicable(f"torch.{sig.op}(x, {operands[1]}) is a reduction over a dimension, not elementwise")
+        raise NotApplicable(
+            f"torch.{sig.op}(x, {operands[1]}) is a reduction over a dimension, not elementwise"
+        )
     if sig.kind is OpKind.SOFTMAX and dict(params)["dim"] == Const(None):
         raise NotApplicable(f"{sig.op} without an explicit dim")
 
@@ -276,38 +314,69 @@ def _root_scalars(model: Any) -> list[tuple[str, float | int]]:
     ]
 
 
-def _with_attribute_scalars(graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any) -> OpGraph:
-    """Replace constants that are root numeric attributes by AttrScalar (see the module docstring)."""
-    import dataclasses
+def _with_attribute_scalars(
+    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any
+) -> OpGraph:
+    """Replace constants that are root numeric attributes by AttrScalar (see the module docstring).
 
-    import torch
+    All attributes are marked in one trace; when that trace fails or changes the structure (an attribute
+    that is also a shape, or a `dim` that torch checks is an int), each attribute is tried on its own.
+    """
+    import dataclasses
 
     scalars = _root_scalars(model)
     graph = dataclasses.replace(graph, scalar_attrs=tuple(scalars))
     if not scalars:
         return graph
-    markers = {_MARKER_BASE + i / 512: name for i, (name, _) in enumerate(scalars)}
+    markers = {name: _marker(i, value) for i, (name, value) in enumerate(scalars)}
+    marked = _mark_with(graph, namespace, init_inputs, markers)
+    if marked is not None:
+        return marked
+    for name, marker in markers.items():
+        graph = _mark_with(graph, namespace, init_inputs, {name: marker}) or graph
+    return graph
+
+
+def _marker(i: int, value: float | int) -> float | int:
+    """A value no task uses, of the attribute's own type (torch checks that a `dim` is an int)."""
+    return _MARKER_BASE + i / 512 if isinstance(value, float) else _INT_MARKER_BASE + i
+
+
+def _mark_with(
+    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], markers: dict[str, float | int]
+) -> OpGraph | None:
+    """The graph with the constants that follow `markers` replaced; None if the marked trace differs."""
+    import dataclasses
+
+    import torch
+
     with torch.device("meta"):
         twin = namespace["Model"](*init_inputs)
-    for marker, name in markers.items():
+    for name, marker in markers.items():
         setattr(twin, name, marker)
     try:
         marked = _normalise(_trace(twin), with_shapes=False)
     except NotApplicable:
-        return graph  # the attributes change the structure: keep the constants as traced
+        return None
     if [(n.op, n.kind) for n in marked.nodes] != [(n.op, n.kind) for n in graph.nodes]:
-        return graph
-    nodes = tuple(_mark_node(n, m, markers) for n, m in zip(graph.nodes, marked.nodes, strict=True))
+        return None
+    by_marker = {(type(m), m): name for name, m in markers.items()}
+    nodes = tuple(_mark_node(n, m, by_marker) for n, m in zip(graph.nodes, marked.nodes, strict=True))
     return dataclasses.replace(graph, nodes=nodes)
 
 
-def _mark_node(node: OpNode, marked: OpNode, markers: dict[float, str]) -> OpNode:
+def _mark_node(node: OpNode, marked: OpNode, by_marker: dict[tuple[type, float | int], str]) -> OpNode:
     import dataclasses
 
     def mark(original: Value, twin: Value) -> Value:
-        if isinstance(original, Const) and isinstance(twin, Const) and twin.value in markers:
-            assert isinstance(original.value, int | float)
-            return AttrScalar(markers[twin.value], original.value)  # type: ignore[index]
+        if not (isinstance(original, Const) and isinstance(twin, Const)):
+            return original
+        value, seen = original.value, twin.value
+        if not isinstance(seen, int | float) or isinstance(seen, bool):
+            return original
+        name = by_marker.get((type(seen), seen))
+        if name is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            return AttrScalar(name, value)
         return original
 
     operands = tuple(mark(a, b) for a, b in zip(node.operands, marked.operands, strict=True))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from htam_graph.errors import HtamError
 
 if TYPE_CHECKING:
-    from htam_graph.rules.analysis import OpGraph
+    from htam_graph.rules.ops import OpGraph
     from htam_graph.rules.skeleton import ModelSkeleton
 
 HEADER_PREFIX = "# htam-rules: "

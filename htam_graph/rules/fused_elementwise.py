@@ -109,7 +109,9 @@ def build_region(graph: OpGraph, nodes: tuple[OpNode, ...], leaf_exprs: dict[str
             if isinstance(value, Ref) and value.name not in inside and value.name not in leaves:
                 leaves[value.name] = _leaf(graph, value.name, leaf_exprs, out_node.shape, taken)
             elif isinstance(value, AttrScalar) and value.path not in scalars:
-                scalars[value.path] = Scalar(value.path, identifier(value.path, taken), f"float(self.{value.path})")
+                scalars[value.path] = Scalar(
+                    value.path, identifier(value.path, taken), f"float(self.{value.path})"
+                )
     if not any(not leaf.broadcast for leaf in leaves.values()):
         raise NotApplicable("no operand has the output's shape (pure broadcasting is not fused)")
     return Region(tuple(leaves.values()), tuple(scalars.values()), nodes, out_node.name)
@@ -125,7 +127,9 @@ def _check_nodes(graph: OpGraph, nodes: tuple[OpNode, ...], inside: set[str]) ->
             raise NotApplicable(f"{node.name} is also used outside the fused region")
 
 
-def _leaf(graph: OpGraph, name: str, leaf_exprs: dict[str, str], out_shape: tuple[int, ...], taken: set[str]) -> Leaf:
+def _leaf(
+    graph: OpGraph, name: str, leaf_exprs: dict[str, str], out_shape: tuple[int, ...], taken: set[str]
+) -> Leaf:
     if name not in leaf_exprs:
         raise NotApplicable(f"{name} is computed outside the fusable region")
     shape = graph.shape_of(name)
@@ -139,7 +143,9 @@ def _leaf(graph: OpGraph, name: str, leaf_exprs: dict[str, str], out_shape: tupl
     padded = (1,) * (len(out_shape) - len(shape)) + shape
     dims = [d for d, s in enumerate(padded) if s != 1]
     if dims and any(padded[d] != out_shape[d] for d in range(dims[0], dims[-1] + 1)):
-        raise NotApplicable(f"operand {name}{list(shape)} does not broadcast as one block onto {list(out_shape)}")
+        raise NotApplicable(
+            f"operand {name}{list(shape)} does not broadcast as one block onto {list(out_shape)}"
+        )
     return Leaf(name, identifier(name, taken), leaf_exprs[name], shape != out_shape)
 
 
@@ -154,7 +160,11 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
             return vars_[value.name]
         if isinstance(value, AttrScalar):
             return scalar_args[value.path]
-        if isinstance(value, Const) and isinstance(value.value, int | float) and not isinstance(value.value, bool):
+        if (
+            isinstance(value, Const)
+            and isinstance(value.value, int | float)
+            and not isinstance(value.value, bool)
+        ):
             return render_literal(value.value)
         raise NotApplicable(f"unsupported operand {value}")
 
@@ -173,12 +183,16 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
         "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
     ]
     if config.vector_hints:
-        lines.append("    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)  # contiguous: vector loads")
+        lines.append(
+            "    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)  # contiguous: vector loads"
+        )
     lines.append("    mask = offs < n_elements")
     lines.append("    # operands, each loaded once and widened to fp32")
     for leaf in region.leaves:
         index = f"(offs // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "offs"
-        lines.append(f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)")
+        lines.append(
+            f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
+        )
     helpers: set[str] = set()
     for node in region.nodes:
         emitted = emit_op(node, render)
@@ -195,7 +209,9 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
 def launcher_source(region: Region, launcher_name: str, kernel_name: str, config: KernelConfig) -> str:
     """The Python function that allocates the output, computes the broadcast layouts and launches the kernel."""
     tensors = [leaf.arg for leaf in region.leaves]
-    signature = ", ".join([f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars])
+    signature = ", ".join(
+        [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
+    )
     first_full = next(leaf.arg for leaf in region.leaves if not leaf.broadcast)
     lines = [
         f"def {launcher_name}({signature}) -> torch.Tensor:",
@@ -205,10 +221,14 @@ def launcher_source(region: Region, launcher_name: str, kernel_name: str, config
     for leaf in region.leaves:
         if not leaf.broadcast:
             lines.append(f"    if {leaf.arg}.shape != out_shape:")
-            lines.append(f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple(out_shape)}}")')
+            lines.append(
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple(out_shape)}}")'
+            )
         lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
         if leaf.broadcast:
-            lines.append(f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
+            )
     lines += [
         f"    out = torch.empty(out_shape, device={first_full}.device, dtype={first_full}.dtype)",
         "    n_elements = out.numel()",

@@ -50,7 +50,9 @@ class RulesGenerator:
             return Applicability.no(f"cannot analyse {task.key}: {e}")
         return recipe.check(view)
 
-    def recipes_for(self, task: Task, device: Device = "cuda", language: Language = Language.TRITON) -> list[str]:
+    def recipes_for(
+        self, task: Task, device: Device = "cuda", language: Language = Language.TRITON
+    ) -> list[str]:
         """Local keys with a recipe that applies to `task` (the same code serves both devices)."""
         if language is not Language.TRITON:
             return []

@@ -40,7 +40,11 @@ def number(value: Value) -> float | int | None:
     """The numeric value of a Const/AttrScalar (None for tensors, strings and None)."""
     if isinstance(value, AttrScalar):
         return value.value
-    if isinstance(value, Const) and isinstance(value.value, int | float) and not isinstance(value.value, bool):
+    if (
+        isinstance(value, Const)
+        and isinstance(value.value, int | float)
+        and not isinstance(value.value, bool)
+    ):
         return value.value
     return None
 
@@ -123,7 +127,9 @@ class OpGraph:
         """A one-line-per-node text form (for logs and error messages)."""
         lines = [f"input {i.name}{list(i.shape)}" for i in self.inputs]
         lines += [f"{i.kind} {i.name}{list(i.shape)}" for i in self.attrs]
-        lines += [f"{n.name} = {n.op}({', '.join(map(_show, n.operands))}) {list(n.shape)}" for n in self.nodes]
+        lines += [
+            f"{n.name} = {n.op}({', '.join(map(_show, n.operands))}) {list(n.shape)}" for n in self.nodes
+        ]
         lines.append(f"return {self.output.name}")
         return "\n".join(lines)
 
@@ -195,7 +201,11 @@ def _signatures() -> dict[str, Signature]:
             f"conv{dims}d", OpKind.LIBRARY, ("input", "weight", "bias"), _CONV_PARAMS, optional_operands=1
         )
         table[f"conv_transpose{dims}d"] = Signature(
-            f"conv_transpose{dims}d", OpKind.LIBRARY, ("input", "weight", "bias"), _CONVT_PARAMS, optional_operands=1
+            f"conv_transpose{dims}d",
+            OpKind.LIBRARY,
+            ("input", "weight", "bias"),
+            _CONVT_PARAMS,
+            optional_operands=1,
         )
     aliases = {
         "div": "truediv",

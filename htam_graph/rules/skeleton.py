@@ -29,9 +29,23 @@ class ModelSkeleton:
     forward_args: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=64)
 def model_skeleton(source: str) -> ModelSkeleton:
-    """Extract the skeleton from a task source. Raises NotApplicable."""
+    """Extract the skeleton from a task source. Raises NotApplicable (reasons are cached like results)."""
+    outcome = _skeleton_cached(source)
+    if isinstance(outcome, NotApplicable):
+        raise NotApplicable(str(outcome))
+    return outcome
+
+
+@functools.lru_cache(maxsize=128)
+def _skeleton_cached(source: str) -> ModelSkeleton | NotApplicable:
+    try:
+        return _skeleton(source)
+    except NotApplicable as e:
+        return NotApplicable(str(e))  # without its traceback: the cache must not keep the frames alive
+
+
+def _skeleton(source: str) -> ModelSkeleton:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -92,7 +106,9 @@ def _check_free_names(init: ast.FunctionDef, imported: set[str]) -> None:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in bound or node.id in imported or hasattr(builtins, node.id) or node.id == "Model":
                 continue
-            raise NotApplicable(f"Model.__init__ uses the task-level name {node.id!r}; ModelNew must stand alone")
+            raise NotApplicable(
+                f"Model.__init__ uses the task-level name {node.id!r}; ModelNew must stand alone"
+            )
 
 
 class _SuperRewriter(ast.NodeTransformer):

@@ -26,16 +26,16 @@ SELU_SCALE = 1.0507009873554804934193349852946
 # name -> (source, names of helpers it calls)
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "_sigmoid": (
-        '''@triton.jit
+        """@triton.jit
 def _sigmoid(x):
     # exp of a non-positive argument never overflows
     e = tl.exp(-tl.abs(x))
     return tl.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
-''',
+""",
         (),
     ),
     "_tanh": (
-        '''@triton.jit
+        """@triton.jit
 def _tanh(x):
     # exp of a non-positive argument never overflows; near 0 a Taylor series avoids the cancellation in 1 - e.
     e = tl.exp(-2.0 * tl.abs(x))
@@ -44,21 +44,21 @@ def _tanh(x):
     x2 = x * x
     series = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     return tl.where(tl.abs(x) < 0.1, series, t)
-''',
+""",
         (),
     ),
     "_log1p": (
-        '''@triton.jit
+        """@triton.jit
 def _log1p(u):
     # log(1 + u) accurate for small u: the rounding error of w = 1 + u cancels in log(w) * u / (w - 1).
     w = 1.0 + u
     d = tl.where(w == 1.0, 1.0, w - 1.0)  # no lane divides 0 by 0, even one the where below discards
     return tl.where(w == 1.0, u, tl.log(w) * (u / d))
-''',
+""",
         (),
     ),
     "_expm1": (
-        '''@triton.jit
+        """@triton.jit
 def _expm1(x):
     # exp(x) - 1 for x <= 0, accurate near 0 (Kahan): the rounding error of u = exp(x) cancels in
     # (u - 1) * x / log(u). The guards keep every lane finite (no log(0), no 0 / 0).
@@ -67,33 +67,33 @@ def _expm1(x):
     v = tl.where((u == 1.0) | (u == 0.0), 2.0, u)
     r = tl.where(u == 1.0, x, um1 * x / tl.log(v))
     return tl.where(um1 == -1.0, -1.0, r)
-''',
+""",
         (),
     ),
     "_softplus": (
-        '''@triton.jit
+        """@triton.jit
 def _softplus(x, beta, threshold):
     # PyTorch: x when beta * x > threshold, else log1p(exp(beta * x)) / beta (exp capped at the threshold).
     z = x * beta
     return tl.where(z > threshold, x, _log1p(tl.exp(tl.minimum(z, threshold))) / beta)
-''',
+""",
         ("_log1p",),
     ),
     "_gelu_erf": (
-        f'''@triton.jit
+        f"""@triton.jit
 def _gelu_erf(x):
     # exact GELU: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))
     return 0.5 * x * (1.0 + tl.math.erf(x * {SQRT1_2}))
-''',
+""",
         (),
     ),
     "_gelu_tanh": (
-        f'''@triton.jit
+        f"""@triton.jit
 def _gelu_tanh(x):
     # tanh-approximated GELU (approximate="tanh")
     inner = {SQRT_2_OVER_PI} * (x + 0.044715 * x * x * x)
     return 0.5 * x * (1.0 + _tanh(inner))
-''',
+""",
         ("_tanh",),
     ),
 }
@@ -203,12 +203,16 @@ def _softplus(node: OpNode, r: Operand) -> Emitted:
 
 def _elu(node: OpNode, r: Operand) -> Emitted:
     a = r(node.operands[0])
-    return _e(f"tl.where({a} > 0.0, {a}, {_param(node, 'alpha', r)} * _expm1(tl.minimum({a}, 0.0)))", "_expm1")
+    return _e(
+        f"tl.where({a} > 0.0, {a}, {_param(node, 'alpha', r)} * _expm1(tl.minimum({a}, 0.0)))", "_expm1"
+    )
 
 
 def _selu(node: OpNode, r: Operand) -> Emitted:
     a = r(node.operands[0])
-    return _e(f"{SELU_SCALE!r} * tl.where({a} > 0.0, {a}, {SELU_ALPHA!r} * _expm1(tl.minimum({a}, 0.0)))", "_expm1")
+    return _e(
+        f"{SELU_SCALE!r} * tl.where({a} > 0.0, {a}, {SELU_ALPHA!r} * _expm1(tl.minimum({a}, 0.0)))", "_expm1"
+    )
 
 
 def _pow(node: OpNode, r: Operand) -> Emitted:

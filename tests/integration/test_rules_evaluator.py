@@ -32,7 +32,14 @@ pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout
 )
 def test_recipe_kernel_is_correct_in_the_real_evaluator(rel: str, key: str) -> None:
     source = (KB / rel).read_text(encoding="utf-8")
-    task = Task(key=f"kernelbench/{rel[:-3]}", suite="kernelbench", level=None, name=rel, source=source, source_sha256="0" * 64)
+    task = Task(
+        key=f"kernelbench/{rel[:-3]}",
+        suite="kernelbench",
+        level=None,
+        name=rel,
+        source=source,
+        source_sha256="0" * 64,
+    )
     config = KernelConfig(block=16384, num_warps=16, max_single_block=16384)
     candidate = default_recipes()[key].emit(task_view(task), config)
     request = EvalRequest(

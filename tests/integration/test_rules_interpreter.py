@@ -4,12 +4,19 @@ Each dev-split task a recipe applies to is generated, then ModelNew (real Triton
 against Model at small sizes (module constants overridden), with the same seed for both constructors (weights
 must be identical) and two input sets: the task's own `get_inputs()` and a signed copy (x * 6 - 3) that
 reaches the negative branches of the activations. Tolerance: allclose(rtol=1e-4, atol=1e-4).
+
+Row-softmax kernels use tl.max / tl.sum, which are @jit functions of Triton's standard library: under the
+interpreter they only work in a process where TRITON_INTERPRET=1 was set before triton was first imported
+(as in the evaluator's worker). Those checks therefore run in a fresh child process (`isolated`).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +26,14 @@ import torch
 
 from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
 from htam_graph.kernels_runtime.taskmod import load_task_module, module_constants
-from htam_graph.model import GenerationRequest, GlobalDirection, Language, LocalStrategy, PrecisionPolicy, Task
+from htam_graph.model import (
+    GenerationRequest,
+    GlobalDirection,
+    Language,
+    LocalStrategy,
+    PrecisionPolicy,
+    Task,
+)
 from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
@@ -78,7 +92,9 @@ def request(task: Task, key: str, base_source: str = "", step: int = 0) -> Gener
         task=task,
         step=step,
         direction=GlobalDirection(key=global_key, name=global_key, intent=""),
-        strategy=LocalStrategy(key=key, name=key, global_key=global_key, languages=[Language.TRITON], pattern=""),
+        strategy=LocalStrategy(
+            key=key, name=key, global_key=global_key, languages=[Language.TRITON], pattern=""
+        ),
         base_source=base_source,
         language=Language.TRITON,
         state_summary="",
@@ -144,7 +160,9 @@ def check_against_reference(
         expected = model(*[x.clone() for x in inputs])
         kept = [x.clone() for x in inputs]
         got = model_new(*inputs)
-        assert all(torch.equal(a, b) for a, b in zip(inputs, kept, strict=True)), "ModelNew changed its inputs"
+        assert all(torch.equal(a, b) for a, b in zip(inputs, kept, strict=True)), (
+            "ModelNew changed its inputs"
+        )
         assert type(got) is torch.Tensor and got.shape == expected.shape and got.dtype == expected.dtype
         assert expected.float().std() > 0, "degenerate reference output at this size"
         err = (got - expected).abs().max().item()
@@ -160,6 +178,39 @@ def assert_clean_static(source: str) -> None:
     assert report.violations == []
 
 
+def isolated(function: str, **kwargs: Any) -> Any:
+    """Call a function of this module in a fresh Python process with TRITON_INTERPRET=1 set before any import."""
+    args = Path(kwargs.pop("directory")) / "isolated_args.json"
+    args.write_text(json.dumps({**kwargs, "directory": str(args.parent)}), encoding="utf-8")
+    code = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('rules_interpreter_child', {str(Path(__file__))!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
+        "kwargs['directory'] = module.Path(kwargs['directory'])\n"
+        f"print(json.dumps(getattr(module, {function!r})(**kwargs)))\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_in_process_or_isolated(key: str, **kwargs: Any) -> None:
+    if key == "reduction_structure.row_softmax":
+        isolated("check_against_reference", **kwargs)
+    else:
+        check_against_reference(**kwargs)
+
+
 @pytest.mark.parametrize(("rel", "key"), CASES, ids=[c[0].split("/")[1][:-3] for c in CASES])
 def test_generated_kernel_matches_reference(rel: str, key: str, tmp_path: Path) -> None:
     source = (KB / rel).read_text(encoding="utf-8")
@@ -169,10 +220,17 @@ def test_generated_kernel_matches_reference(rel: str, key: str, tmp_path: Path) 
     header = parse_header(reply.source)
     assert header is not None and header.recipe == key
     assert_clean_static(reply.source)
-    check_against_reference(source, reply.source, tmp_path, small_overrides(source))
-    # A small block: several programs and a masked tail even at these sizes.
-    small = default_recipes()[key].emit(task_view(task), KernelConfig(block=64, num_warps=2, max_single_block=256))
-    check_against_reference(source, small, tmp_path, small_overrides(source))
+    overrides = small_overrides(source)
+    check_in_process_or_isolated(
+        key, task_source=source, candidate_source=reply.source, directory=tmp_path, overrides=overrides
+    )
+    # A small block: several programs and a masked tail even at these sizes (the looped kernel for softmax).
+    small = default_recipes()[key].emit(
+        task_view(task), KernelConfig(block=64, num_warps=2, max_single_block=256)
+    )
+    check_in_process_or_isolated(
+        key, task_source=source, candidate_source=small, directory=tmp_path, overrides=overrides
+    )
 
 
 def test_coverage_is_what_recipes_for_says() -> None:
@@ -180,7 +238,9 @@ def test_coverage_is_what_recipes_for_says() -> None:
     found: dict[str, set[str]] = {}
     for path in sorted([*KB.glob("level1/*.py"), *KB.glob("level2/*.py")]):
         rel = str(path.relative_to(KB))
-        keys = generator.recipes_for(make_task(rel, path.read_text(encoding="utf-8")), "cuda", Language.TRITON)
+        keys = generator.recipes_for(
+            make_task(rel, path.read_text(encoding="utf-8")), "cuda", Language.TRITON
+        )
         for key in keys:
             found.setdefault(key, set()).add(rel)
     assert found["fusion.elementwise_chain"] == set(ELEMENTWISE)
@@ -191,7 +251,7 @@ def test_coverage_is_what_recipes_for_says() -> None:
 
 
 # ------------------------------------------------------------------------------------------- synthetic tasks
-MANY_OPS = '''
+MANY_OPS = """
 import math
 import torch
 import torch.nn as nn
@@ -234,7 +294,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [channels, width, scale, slope]
-'''
+"""
 
 
 def test_many_ops_dag_with_broadcast_parameters(tmp_path: Path) -> None:
@@ -247,17 +307,21 @@ def test_many_ops_dag_with_broadcast_parameters(tmp_path: Path) -> None:
     assert_clean_static(reply.source)
     check_against_reference(source, reply.source, tmp_path, {})
     # The same generated file at other sizes: nothing in it depends on the sizes it was generated from.
-    check_against_reference(source, reply.source, tmp_path, {"batch_size": 3, "channels": 4, "height": 9, "width": 11})
+    check_against_reference(
+        source, reply.source, tmp_path, {"batch_size": 3, "channels": 4, "height": 9, "width": 11}
+    )
     # And with other constructor scalars: self.scale / act.negative_slope are read at run time, not baked.
     check_against_reference(source, reply.source, tmp_path, {}, init_override=[3, 7, -0.75, 0.05])
 
 
 def test_unsupported_op_in_chain_is_not_applicable() -> None:
-    verdict = RulesGenerator().applies("fusion.elementwise_chain", make_task("synthetic/nan_to_num", MANY_OPS))
+    verdict = RulesGenerator().applies(
+        "fusion.elementwise_chain", make_task("synthetic/nan_to_num", MANY_OPS)
+    )
     assert not verdict and "nan_to_num" in verdict.reason
 
 
-SOFTMAX_3D = '''
+SOFTMAX_3D = """
 import torch
 import torch.nn as nn
 
@@ -282,7 +346,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 @pytest.mark.parametrize("max_single_block", [1024, 256], ids=["single_block", "looped"])
@@ -290,20 +354,41 @@ def test_row_softmax_3d_both_kernels(max_single_block: int, tmp_path: Path) -> N
     task = make_task("synthetic/softmax3d", SOFTMAX_3D)
     config = KernelConfig(block=128, num_warps=4, max_single_block=max_single_block)
     source = default_recipes()["reduction_structure.row_softmax"].emit(task_view(task), config)
-    check_against_reference(SOFTMAX_3D, source, tmp_path, {})
-    check_against_reference(SOFTMAX_3D, source, tmp_path, {"cols": 77})  # shorter rows: single block at run time
+    isolated(
+        "check_against_reference",
+        task_source=SOFTMAX_3D,
+        candidate_source=source,
+        directory=tmp_path,
+        overrides={},
+    )
+    # Shorter rows: the single-block kernel at run time, whatever the file was generated for.
+    isolated(
+        "check_against_reference",
+        task_source=SOFTMAX_3D,
+        candidate_source=source,
+        directory=tmp_path,
+        overrides={"cols": 77},
+    )
+
+
+def check_minus_inf(candidate_source: str, directory: Path) -> float:
+    """log_softmax ModelNew on rows with -inf entries (whole chunks of them) against torch."""
+    cand = import_candidate(candidate_source, directory)
+    x = torch.randn(3, 500)
+    x[0, :300] = float("-inf")  # whole chunks of -inf, then finite values
+    x[1, 7] = float("-inf")
+    got, expected = cand.ModelNew()(x), torch.log_softmax(x, dim=1)
+    assert torch.isneginf(got[0, :300]).all() and torch.isfinite(got[0, 300:]).all()
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)
+    return (got[:, 300:] - expected[:, 300:]).abs().max().item()
 
 
 def test_looped_log_softmax_handles_minus_inf(tmp_path: Path) -> None:
     source = (KB / "level1/24_LogSoftmax.py").read_text(encoding="utf-8")
     task = make_task("kernelbench/level1/24_LogSoftmax", source)
     config = KernelConfig(block=64, num_warps=2, max_single_block=128)
-    cand = import_candidate(default_recipes()["reduction_structure.row_softmax"].emit(task_view(task), config), tmp_path)
-    x = torch.randn(3, 500)
-    x[0, :300] = float("-inf")  # whole chunks of -inf, then finite values
-    x[1, 7] = float("-inf")
-    got = cand.ModelNew()(x)
-    assert torch.allclose(got, torch.log_softmax(x, dim=1), rtol=1e-4, atol=1e-4)
+    candidate = default_recipes()["reduction_structure.row_softmax"].emit(task_view(task), config)
+    assert isolated("check_minus_inf", candidate_source=candidate, directory=tmp_path) <= 1e-4
 
 
 @pytest.mark.parametrize(
@@ -318,7 +403,9 @@ def test_tuning_reemits_the_base_kernel_with_another_config(rel: str, key: str, 
     source = (KB / rel).read_text(encoding="utf-8")
     task = make_task(f"kernelbench/{rel[:-3]}", source)
     generator = RulesGenerator()
-    base_key = next(k for k in generator.recipes_for(task) if k not in (key, "memory_access.vectorized_loads"))
+    base_key = next(
+        k for k in generator.recipes_for(task) if k not in (key, "memory_access.vectorized_loads")
+    )
     base = generator.generate(request(task, base_key)).source
     assert base is not None
     seen = set()
@@ -333,4 +420,10 @@ def test_tuning_reemits_the_base_kernel_with_another_config(rel: str, key: str, 
         if key == "memory_access.vectorized_loads":
             assert header.config.vector_hints and "tl.max_contiguous(tl.multiple_of(" in reply.source
     assert len(seen) == 3  # successive steps explore different configurations
-    check_against_reference(source, reply.source, tmp_path, small_overrides(source))
+    check_in_process_or_isolated(
+        base_key,
+        task_source=source,
+        candidate_source=reply.source,
+        directory=tmp_path,
+        overrides=small_overrides(source),
+    )

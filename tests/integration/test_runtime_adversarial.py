@@ -38,7 +38,9 @@ def evaluator(tmp_path_factory: pytest.TempPathFactory) -> SubprocessEvaluator:
 
 
 @pytest.mark.parametrize("entry", [e for e in CORPUS if "cpu" in e.runs_on], ids=lambda e: e.name)
-def test_adversarial_rejected_on_cpu(entry, evaluator: SubprocessEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_adversarial_rejected_on_cpu(
+    entry, evaluator: SubprocessEvaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     request = EvalRequest(
         task_key=entry.task,

@@ -39,7 +39,13 @@ def get_init_inputs():
 """
 
 
-def task(forward: str, init_body: str = "        pass", init_args: str = "", init_values: str = "", helpers: str = "") -> str:
+def task(
+    forward: str,
+    init_body: str = "        pass",
+    init_args: str = "",
+    init_values: str = "",
+    helpers: str = "",
+) -> str:
     return TEMPLATE.format(
         forward=forward, init_body=init_body, init_args=init_args, init_values=init_values, helpers=helpers
     )
@@ -109,12 +115,17 @@ def test_a_broken_task_source_is_not_applicable() -> None:
 
 
 def test_skeleton_rewrites_super_and_keeps_the_constructor() -> None:
-    skeleton = model_skeleton(task("        return x", init_args=", a, b=2", init_body="        self.w = nn.Linear(a, b)"))
+    skeleton = model_skeleton(
+        task("        return x", init_args=", a, b=2", init_body="        self.w = nn.Linear(a, b)")
+    )
     assert "def __init__(self, a, b=2):" in skeleton.init_source
     assert "super().__init__()" in skeleton.init_source and "Model" not in skeleton.init_source
     assert "self.w = nn.Linear(a, b)" in skeleton.init_source
     assert skeleton.forward_args == ("x",)
-    assert "import torch.nn.functional as F" in skeleton.imports and "import triton.language as tl" in skeleton.imports
+    assert (
+        "import torch.nn.functional as F" in skeleton.imports
+        and "import triton.language as tl" in skeleton.imports
+    )
 
 
 def test_skeleton_rejects_an_init_that_needs_task_level_names() -> None:

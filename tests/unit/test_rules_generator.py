@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.model import GenerationRequest, GlobalDirection, Language, LocalStrategy, PrecisionPolicy, Task
+from htam_graph.model import (
+    GenerationRequest,
+    GlobalDirection,
+    Language,
+    LocalStrategy,
+    PrecisionPolicy,
+    Task,
+)
 from htam_graph.ports import Generator
 from htam_graph.rules import KernelConfig, RulesGenerator, applies, parse_header, recipes_for
 from htam_graph.rules.base import header_line
@@ -18,14 +25,25 @@ pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout
 
 def kb_task(rel: str) -> Task:
     source = (KB / rel).read_text(encoding="utf-8")
-    return Task(key=f"kernelbench/{rel[:-3]}", suite="kernelbench", level=None, name=rel, source=source, source_sha256="0" * 64)
+    return Task(
+        key=f"kernelbench/{rel[:-3]}",
+        suite="kernelbench",
+        level=None,
+        name=rel,
+        source=source,
+        source_sha256="0" * 64,
+    )
 
 
-def request(task: Task, key: str | None, direction: str | None = None, language: Language = Language.TRITON) -> GenerationRequest:
+def request(
+    task: Task, key: str | None, direction: str | None = None, language: Language = Language.TRITON
+) -> GenerationRequest:
     global_key = direction or (key or "").split(".")[0]
     strategy = None
     if key is not None:
-        strategy = LocalStrategy(key=key, name=key, global_key=global_key, languages=[Language.TRITON], pattern="")
+        strategy = LocalStrategy(
+            key=key, name=key, global_key=global_key, languages=[Language.TRITON], pattern=""
+        )
     return GenerationRequest(
         task=task,
         step=0,
@@ -54,7 +72,11 @@ def test_rules_generator_is_a_generator_port() -> None:
     [
         ("level1/2_Standard_matrix_multiplication_.py", "fusion.elementwise_chain", "matmul"),
         ("level1/40_LayerNorm.py", "reduction_structure.row_softmax", "LayerNorm"),
-        ("level1/50_conv_standard_2D__square_input__square_kernel.py", "fusion.library_epilogue", "no epilogue"),
+        (
+            "level1/50_conv_standard_2D__square_input__square_kernel.py",
+            "fusion.library_epilogue",
+            "no epilogue",
+        ),
         ("level1/26_GELU_.py", "fusion.library_epilogue", "does not start with a library op"),
         ("level1/26_GELU_.py", "reduction_structure.row_softmax", "not a single softmax"),
         ("level2/24_Conv3d_Min_Softmax.py", "fusion.library_epilogue", "not a tensor"),
@@ -86,14 +108,18 @@ def test_generate_replies_without_source_and_with_the_reason() -> None:
     generator = RulesGenerator()
     reply = generator.generate(request(kb_task("level1/40_LayerNorm.py"), "fusion.elementwise_chain"))
     assert reply.source is None and reply.error is not None and "LayerNorm" in reply.error
-    reply = generator.generate(request(kb_task("level1/26_GELU_.py"), "fusion.elementwise_chain", language=Language.CUDA))
+    reply = generator.generate(
+        request(kb_task("level1/26_GELU_.py"), "fusion.elementwise_chain", language=Language.CUDA)
+    )
     assert reply.source is None and "Triton only" in (reply.error or "")
     reply = generator.generate(request(kb_task("level1/26_GELU_.py"), "data_reuse.shared_memory_tiling"))
     assert reply.source is None and "no rule recipe" in (reply.error or "")
 
 
 def test_generate_without_a_strategy_picks_a_recipe_of_the_direction() -> None:
-    reply = RulesGenerator().generate(request(kb_task("level2/76_Gemm_Add_ReLU.py"), None, direction="fusion"))
+    reply = RulesGenerator().generate(
+        request(kb_task("level2/76_Gemm_Add_ReLU.py"), None, direction="fusion")
+    )
     assert reply.source is not None and reply.model == "rules/fusion.library_epilogue"
     assert reply.usage.cost_usd == 0.0
 
@@ -115,7 +141,9 @@ def test_generated_source_is_standalone_and_hard_codes_no_size(rel: str, key: st
     for size in sizes:
         assert not re.search(rf"\b{size}\b", source), f"{size} is hard-coded"
     assert source.splitlines()[0] == header_line(key, parse_header(source).config)  # type: ignore[union-attr]
-    assert f"# Task: {task.key}" in source and "@triton.jit" in source and "class ModelNew(nn.Module):" in source
+    assert (
+        f"# Task: {task.key}" in source and "@triton.jit" in source and "class ModelNew(nn.Module):" in source
+    )
     assert "try:" not in source and "Model(" not in source.replace("ModelNew(", "")
     report = static_analyse(source, PrecisionPolicy.FP32_STRICT, require_kernel=True)
     assert report.violations == [] and report.has_triton_kernel and report.defines_model_new
@@ -127,6 +155,8 @@ def test_header_roundtrip_and_config_validation() -> None:
     header = parse_header(header_line("fusion.elementwise_chain", config) + "\nimport torch\n")
     assert header is not None and header.recipe == "fusion.elementwise_chain" and header.config == config
     assert parse_header("import torch\n") is None
-    assert parse_header('# htam-rules: {"recipe": "x", "config": {"block": 1000}}\n') is None  # not a power of 2
+    assert (
+        parse_header('# htam-rules: {"recipe": "x", "config": {"block": 1000}}\n') is None
+    )  # not a power of 2
     with pytest.raises(ValueError):
         KernelConfig(num_warps=3)

@@ -29,7 +29,9 @@ def test_compare_rejects_outside_tolerance_nan_inf_shape_dtype_structure() -> No
     assert not checks.compare_outputs(ref + 1e-2, ref, 1e-4, 1e-4).ok
     bad = ref.clone()
     bad[3] = float("nan")
-    assert "NaN" in checks.compare_outputs(bad, ref, 1e9, 1e9).reason  # NaN never passes, whatever the tolerance
+    assert (
+        "NaN" in checks.compare_outputs(bad, ref, 1e9, 1e9).reason
+    )  # NaN never passes, whatever the tolerance
     bad[3] = float("inf")
     assert not checks.compare_outputs(bad, ref, 1e9, 1e9).ok
     assert "shape" in checks.compare_outputs(ref.reshape(2, 5), ref, 1e-4, 1e-4).reason
@@ -91,7 +93,11 @@ def test_poison_allocator_runs_on_cpu() -> None:
 # ------------------------------------------------------------------ guards
 @pytest.fixture(autouse=True)
 def _restore_precision_flags():
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
     torch.set_float32_matmul_precision(saved[2])
@@ -99,7 +105,16 @@ def _restore_precision_flags():
 
 def _ctx() -> TrialContext:
     guards.pin_precision(PrecisionPolicy.FP32_STRICT)  # what the worker does before any candidate code
-    return TrialContext(CPU, PrecisionPolicy.FP32_STRICT, 1e-4, 1e-4, True, guards.LaunchCounter(), guards.snapshot_identities(), "c.py")
+    return TrialContext(
+        CPU,
+        PrecisionPolicy.FP32_STRICT,
+        1e-4,
+        1e-4,
+        True,
+        guards.LaunchCounter(),
+        guards.snapshot_identities(),
+        "c.py",
+    )
 
 
 def test_timer_identity_detects_a_patched_perf_counter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,7 +176,9 @@ def test_wall_cross_check_flags_event_times_far_below_wall_time() -> None:
 def test_speed_of_light_floors_and_verdicts() -> None:
     peaks = sol.GPU_TABLE["H200"]
     x = torch.empty(1 << 20)  # 4 MiB read
-    floor = sol.floor_for([x], torch.empty(1 << 20), None, peaks, PrecisionPolicy.FP32_STRICT, l2_bytes=64 << 20)
+    floor = sol.floor_for(
+        [x], torch.empty(1 << 20), None, peaks, PrecisionPolicy.FP32_STRICT, l2_bytes=64 << 20
+    )
     assert floor.bytes_floor_us == pytest.approx((4 << 20) / 4.3e12 * 1e6)  # output < L2 is not counted
     assert sol.judge(floor.bytes_floor_us * 0.5, floor).hack
     assert not sol.judge(floor.bytes_floor_us * 2, floor).flagged
@@ -202,5 +219,7 @@ def test_recorder_records_every_check_and_first_failure_wins() -> None:
     assert set(ALL_CHECKS) <= set(result.checks)
     assert result.checks["device_sync"].startswith("skipped")
     assert tolerances(req) == (1e-4, 1e-4)
-    loose = EvalRequest(task_key="t", task_source="", candidate_source="", precision_policy=PrecisionPolicy.BF16, atol=0.5)
+    loose = EvalRequest(
+        task_key="t", task_source="", candidate_source="", precision_policy=PrecisionPolicy.BF16, atol=0.5
+    )
     assert tolerances(loose) == (1e-2, 0.5)

@@ -12,7 +12,7 @@ from htam_graph.model import Language, PrecisionPolicy
 
 STRICT = PrecisionPolicy.FP32_STRICT
 
-TRITON_OK = '''
+TRITON_OK = """
 import torch
 import torch.nn as nn
 import triton
@@ -28,9 +28,9 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         k[(1,)](x, out, x.numel(), BLOCK=1024)
         return out
-'''
+"""
 
-CUDA_OK = '''
+CUDA_OK = """
 import torch
 from torch.utils.cpp_extension import load_inline
 src = "__global__ void k(float* x) {}  torch::Tensor f(torch::Tensor x) { return x; }"
@@ -38,7 +38,7 @@ ext = load_inline(name="e", cpp_sources="torch::Tensor f(torch::Tensor x);", cud
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         return ext.f(x)
-'''
+"""
 
 
 def _violations(body: str, policy: PrecisionPolicy = STRICT, require_kernel: bool = True) -> list[str]:

@@ -91,15 +91,34 @@ def test_smoke_raises_when_no_variant_runs() -> None:
         shapes.smoke_overrides(broken, name="broken")
 
 
+ELEMENTWISE = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return BODY
+
+batch_size = 4096
+dim = 393216
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+"""
+
+
 def test_smoke_rejects_nan_outputs() -> None:
-    nan = CONV.replace("return torch.relu(self.conv(x))", "return self.conv(x) * float('nan')")
     with pytest.raises(TaskError, match="NaN"):
-        shapes.smoke_overrides(nan, name="nan")
+        shapes.smoke_overrides(ELEMENTWISE.replace("BODY", "x * float('nan')"), name="nan")
 
 
-def test_constant_outputs_are_flagged() -> None:
-    const = CONV.replace("return torch.relu(self.conv(x))", "return torch.zeros_like(self.conv(x))")
-    assert shapes.smoke_overrides(const, name="const").note == "constant output at every tried variant"
+def test_constant_outputs_are_flagged_and_varying_ones_are_not() -> None:
+    const = shapes.smoke_overrides(ELEMENTWISE.replace("BODY", "torch.zeros_like(x)"), name="const")
+    assert const.note == "constant output at every tried variant"
+    varying = shapes.smoke_overrides(ELEMENTWISE.replace("BODY", "torch.relu(x)"), name="relu")
+    assert varying.note == "" and varying.overrides == {"batch_size": 2}
 
 
 def test_smoke_results_are_cached_per_source() -> None:

@@ -142,7 +142,9 @@ class RowSoftmax:
         if not isinstance(dim, int) or ndim == 0:
             raise NotApplicable(f"{node.op} dim={dim} on a {ndim}-d input")
         if dim % ndim != ndim - 1:
-            raise NotApplicable(f"{node.op} over dim {dim} of a {ndim}-d input is not over the last dimension")
+            raise NotApplicable(
+                f"{node.op} over dim {dim} of a {ndim}-d input is not over the last dimension"
+            )
         return node
 
 

@@ -19,15 +19,25 @@ VECTORIZED_LOADS = "memory_access.vectorized_loads"
 _ELEMENTWISE_BASES = ("fusion.elementwise_chain", "fusion.library_epilogue")
 _ROW_BASES = ("reduction_structure.row_softmax",)
 
-_ELEMENTWISE_LADDER = tuple(
-    KernelConfig(block=b, num_warps=w) for b, w in ((1024, 4), (2048, 8), (4096, 8), (512, 4), (2048, 4), (256, 2), (8192, 16))
+ELEMENTWISE_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w)
+    for b, w in ((1024, 4), (2048, 8), (4096, 8), (512, 4), (2048, 4), (256, 2), (8192, 16))
 )
-_ROW_LADDER = tuple(
+ROW_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, max_single_block=m)
-    for b, w, m in ((2048, 8, 16384), (4096, 8, 16384), (4096, 16, 16384), (1024, 4, 16384), (8192, 16, 16384), (2048, 8, 8192), (4096, 16, 32768))
+    for b, w, m in (
+        (2048, 8, 16384),
+        (4096, 8, 16384),
+        (4096, 16, 16384),
+        (1024, 4, 16384),
+        (8192, 16, 16384),
+        (2048, 8, 8192),
+        (4096, 16, 32768),
+    )
 )
-_VECTOR_LADDER = tuple(
-    KernelConfig(block=b, num_warps=w, vector_hints=True) for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
+VECTOR_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w, vector_hints=True)
+    for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
 )
 
 
@@ -43,7 +53,9 @@ class TunedSource:
 class TuningRecipe:
     """A recipe that re-emits a base recipe's kernel with another configuration from a ladder."""
 
-    def __init__(self, key: str, ladders: dict[str, tuple[KernelConfig, ...]], bases: dict[str, Recipe]) -> None:
+    def __init__(
+        self, key: str, ladders: dict[str, tuple[KernelConfig, ...]], bases: dict[str, Recipe]
+    ) -> None:
         self.key = key
         self._ladders = ladders
         self._bases = {k: bases[k] for k in ladders if k in bases}
@@ -90,6 +102,9 @@ def _show(config: KernelConfig) -> str:
 
 def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     """The tuning recipes over the given base recipes."""
-    block_ladders = {k: _ELEMENTWISE_LADDER for k in _ELEMENTWISE_BASES} | {k: _ROW_LADDER for k in _ROW_BASES}
-    vector_ladders = {k: _VECTOR_LADDER for k in _ELEMENTWISE_BASES}
-    return [TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases), TuningRecipe(VECTORIZED_LOADS, vector_ladders, bases)]
+    block_ladders = {k: ELEMENTWISE_LADDER for k in _ELEMENTWISE_BASES} | {k: ROW_LADDER for k in _ROW_BASES}
+    vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES}
+    return [
+        TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),
+        TuningRecipe(VECTORIZED_LOADS, vector_ladders, bases),
+    ]

@@ -1,0 +1,364 @@
+"""`htam-graph bench`: run the HTAM loop over many tasks, policies and seeds into one resumable folder.
+
+    htam-graph bench --tasks kernelbench/level1 --policy htam --policy random --seeds 0,1,2 \\
+        --workers 4 --task-timeout 1800 --out bench/l1
+
+Writes DIR/bench.json, DIR/results.jsonl (one line per finished run), DIR/runs/..., and at the end the memory
+bank (DIR/memory/bank.jsonl) and the report (DIR/report/). Re-running the same command resumes. See
+notes/BENCH_FORMAT.md for the folder contract, `benchrun.py` for the engine, `executors.py` for where runs go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, cast
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from htam_graph import __version__
+from htam_graph.cli.benchrun import (
+    BENCH_JSON,
+    FORMAT_VERSION,
+    RESULTS,
+    BenchSpec,
+    Executor,
+    ResultsLog,
+    Score,
+    check_config,
+    drive,
+    plan_jobs,
+    resolve_selectors,
+    write_json,
+)
+from htam_graph.cli.run import make_backend, pick_device
+from htam_graph.errors import ConfigError, HtamError
+from htam_graph.loop import POLICIES, RunConfig
+from htam_graph.model import Device, EvalRequest, Language, PrecisionPolicy, ShapeVariant
+from htam_graph.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_DTYPE = {
+    PrecisionPolicy.FP32_STRICT: "fp32",
+    PrecisionPolicy.TF32: "fp32 (tf32 allowed)",
+    PrecisionPolicy.BF16: "bf16/fp16 allowed",
+}
+
+
+def _parse_seeds(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in value.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers such as 0,1,2, got {value!r}") from None
+    if not seeds:
+        raise click.BadParameter("at least one seed")
+    return list(dict.fromkeys(seeds))
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _timing_method(device: Device) -> str:
+    # The loop's choice when RunConfig.timing_runs is left unset (None): 20 runs on a GPU, 3 on the CPU.
+    runs = RunConfig().timing_runs or (20 if device == "cuda" else 3)
+    warmup = EvalRequest.model_fields["warmup_runs"].default
+    if device == "cuda":
+        return (
+            f"CUDA events, L2 flushed, median of {runs} runs after {warmup} warm-up, interleaved with the "
+            "reference and torch.compile; one timed section per GPU at a time across workers"
+        )
+    return (
+        f"CPU time.perf_counter (Triton interpreted), median of {runs} runs after {warmup} warm-up, "
+        "interleaved with the reference; not a GPU measurement"
+    )
+
+
+def _gpu_ids() -> list[str]:
+    """The GPUs this machine shows the bench (physical ids for CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[:n] if visible else [str(i) for i in range(n)]
+
+
+def _environment(device: Device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "gpu_name": "cpu",
+        "torch_version": _version("torch"),
+        "triton_version": _version("triton"),
+        "htam_graph_version": __version__,
+    }
+    if device == "cuda":
+        import torch
+
+        info["gpu_name"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    return info
+
+
+def _command(spec: BenchSpec, out: Path) -> str:
+    args = ["htam-graph", "bench", "--tasks", *spec.selectors, "--backend", spec.backend]
+    for p in spec.policies:
+        args += ["--policy", p]
+    args += ["--steps", str(spec.steps), "--device", spec.device, "--shape", spec.shape]
+    args += ["--seeds", ",".join(map(str, spec.seeds)), "--workers", str(spec.workers)]
+    args += ["--executor", spec.executor, "--precision", spec.precision_policy.value]
+    if spec.task_timeout_s is not None:
+        args += ["--task-timeout", f"{spec.task_timeout_s:g}"]
+    if spec.frozen_memory:
+        args.append("--frozen-memory")
+    return shlex.join([*args, "--out", str(out)])
+
+
+def _make_executor(
+    kind: str, device: str, workers: int, task_timeout_s: float | None
+) -> tuple[Executor, Device]:
+    from htam_graph.cli.executors import LocalExecutor, RayExecutor, gpu_lock_env
+
+    if kind == "ray":
+        ray_ex = RayExecutor(task_timeout_s)
+        has_gpu = device != "cpu" and ray_ex.cluster_gpus() > 0
+        if device == "cuda" and not has_gpu:
+            ray_ex.shutdown()
+            raise ConfigError("--device cuda: the Ray cluster has no GPU (use --device cpu)")
+        resolved: Device = "cuda" if has_gpu else "cpu"
+        ray_ex.configure(resolved, gpu_lock_env() if resolved == "cuda" else {})
+        return ray_ex, resolved
+    resolved = pick_device(device)
+    env = gpu_lock_env() if resolved == "cuda" else {}
+    gpus = _gpu_ids() if resolved == "cuda" else []
+    return LocalExecutor(workers, task_timeout_s, gpu_ids=gpus, env=env), resolved
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    head = f"{row['task']} / {row['policy']} / seed {row['seed']}"
+    if row["status"] != "done":
+        return f"[red]{row['status']}[/] {head}: {row.get('error') or ''}"
+    if row.get("best_is_reference"):
+        best = "the reference"
+    elif row.get("timing_on_cpu"):
+        best = f"correct kernel at step {row.get('best_step')} (CPU: speed not claimed)"
+    else:
+        best = f"{row.get('best_speedup_eager_x') or 0:.3f}x over eager (step {row.get('best_step')})"
+    return f"[green]done[/] {head}: {best} in {row.get('wall_s', 0):.0f} s"
+
+
+def _score_text(score: Score) -> str:
+    if not score.runs:
+        return ""
+    return f"correct {score.correct:.0%}  fast_1 {score.fast_1:.0%}  geomean {score.geomean_eager_x:.3f}x"
+
+
+def _finish(
+    out: Path, settings: Settings, meta: dict[str, Any], rows: list[dict[str, Any]], console: Console
+) -> dict[str, Any]:
+    """bench.json's end fields, the memory export, the report. A failure here loses no result."""
+    from htam_graph import bank
+    from htam_graph.store import store_session
+
+    measured = next((r for r in rows if r.get("gpu_name") or r.get("torch_version")), None)
+    if measured is not None:  # what the workers saw is the truth (the driver may not have the GPU)
+        for key in ("gpu_name", "torch_version", "rtol", "atol"):
+            if measured.get(key):
+                meta[key] = measured[key]
+    meta["finished_ms"] = int(time.time() * 1000)
+    write_json(out / BENCH_JSON, meta)
+    done: dict[str, Any] = {"memory": None, "report": None}
+    try:
+        with store_session(settings) as store:
+            bank.export_bank(store, out / "memory" / "bank.jsonl")
+        done["memory"] = str(out / "memory" / "bank.jsonl")
+    except HtamError as e:
+        console.print(f"[yellow]warning[/]: memory export failed: {e}")
+    try:
+        from htam_graph.cli.reportlib import write_report
+
+        done["report"] = str(write_report(out))
+    except Exception as e:  # the results are on disk; `htam-graph report DIR` can be re-run
+        log.debug("report failed", exc_info=True)
+        console.print(
+            f"[yellow]warning[/]: report failed ({type(e).__name__}: {e}); run: htam-graph report {out}"
+        )
+    return done
+
+
+@click.command("bench")
+@click.argument("more_selectors", nargs=-1, metavar="[SELECTOR]...")
+@click.option("--tasks", "selectors", multiple=True, metavar="SELECTOR",
+              help="Task key, glob (kernelbench/level1/2*), level (kernelbench/level2) or KernelBench path; "
+              "repeatable, and further SELECTORs may follow.")  # fmt: skip
+@click.option("--backend", default="rules", show_default=True, help="As for `run`.")
+@click.option("--base-url", default=None, help="Base URL of an OpenAI-compatible or Anthropic endpoint.")
+@click.option("--policy", "policies", type=click.Choice(POLICIES), multiple=True, help="Repeatable [htam].")
+@click.option("--steps", type=click.IntRange(1, 100), default=6, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--shape", type=click.Choice(["default", "smoke"]), default="default", show_default=True)
+@click.option(
+    "--language", type=click.Choice([x.value for x in Language]), default="triton", show_default=True
+)
+@click.option("--precision", type=click.Choice([p.value for p in PrecisionPolicy]), default="fp32-strict",
+              show_default=True)  # fmt: skip
+@click.option("--seeds", default="0", show_default=True, callback=_parse_seeds, help="Comma-separated.")
+@click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="Runs at once (local: worker processes spread over the GPUs; ray: tasks in flight).")  # fmt: skip
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: ray.init(address=$RAY_ADDRESS), a local Ray instance when unset.")  # fmt: skip
+@click.option("--task-timeout", "task_timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Seconds per (task, policy, seed) run; a run past it is killed and recorded as timeout.")  # fmt: skip
+@click.option(
+    "--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Per candidate, s."
+)
+@click.option("--frozen-memory", is_flag=True, help="Evaluate a fixed memory: read it, write nothing back.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--json", "as_json", is_flag=True, help="No progress display; print a JSON summary at the end.")
+@click.pass_obj
+def bench(
+    settings: Settings,
+    more_selectors: tuple[str, ...],
+    selectors: tuple[str, ...],
+    backend: str,
+    base_url: str | None,
+    policies: tuple[str, ...],
+    steps: int,
+    device: str,
+    shape: str,
+    language: str,
+    precision: str,
+    seeds: list[int],
+    workers: int,
+    executor: str,
+    task_timeout_s: float | None,
+    timeout_s: float,
+    frozen_memory: bool,
+    out_dir: Path,
+    as_json: bool,
+) -> None:
+    """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue)."""
+    from htam_graph import memory
+    from htam_graph.store import store_session
+
+    all_selectors = [*selectors, *more_selectors]
+    if not all_selectors:
+        raise click.UsageError("give at least one --tasks SELECTOR")
+    console = Console(stderr=True, quiet=as_json)
+    _, model, _ = make_backend(backend, None, base_url)  # checks the backend spec (and its key) up front
+    runner, resolved = _make_executor(executor, device, workers, task_timeout_s)
+    try:
+        with store_session(settings) as store:
+            memory.ensure_seeded(store)  # once, here: workers must not race to seed
+            tasks = resolve_selectors(store, all_selectors)
+        spec = BenchSpec(
+            selectors=all_selectors, task_keys=[t.key for t in tasks], backend=backend, model=model,
+            policies=list(dict.fromkeys(policies or ("htam",))), steps=steps, device=resolved,
+            shape=cast(ShapeVariant, shape), seeds=seeds, workers=workers, executor=executor,
+            frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision), language=Language(language),
+            task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s, base_url=base_url,
+        )  # fmt: skip
+        meta = _bench_meta(spec, out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stored = check_config(out_dir, meta)
+        if stored is not None:
+            meta["started_ms"] = stored.get("started_ms", meta["started_ms"])
+            meta["resumed_ms"] = [*stored.get("resumed_ms", []), int(time.time() * 1000)]
+        write_json(out_dir / BENCH_JSON, meta)
+        results = ResultsLog(out_dir / RESULTS)
+        jobs = plan_jobs(spec, tasks, settings, out_dir, results.done)
+        total = len(tasks) * len(spec.policies) * len(spec.seeds)
+        _run_with_progress(runner, jobs, results, total, workers, console, as_json)
+    finally:
+        runner.shutdown()
+    done = _finish(out_dir, settings, meta, results.rows, console)
+    score = Score.of(results.rows)
+    summary = {
+        "out": str(out_dir), "runs": score.runs, "new": len(jobs), "skipped": total - len(jobs),
+        "statuses": score.statuses, "correct": score.correct, "fast_1": score.fast_1,
+        "geomean_eager_x": score.geomean_eager_x, **done,
+    }  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(score.statuses.items()))
+    console.print(
+        f"bench: {score.runs} runs ({len(jobs)} run now, {total - len(jobs)} from before): {statuses}"
+    )
+    console.print(f"  {_score_text(score)} over eager -> {out_dir}")
+    if done["report"]:
+        console.print(f"  report: {done['report']}")
+
+
+def _bench_meta(spec: BenchSpec, out: Path) -> dict[str, Any]:
+    rtol, atol = _tolerances(spec.precision_policy)
+    return {
+        "format_version": FORMAT_VERSION,
+        "command": _command(spec, out),
+        **spec.config(),
+        "dtype": _DTYPE[spec.precision_policy],
+        "rtol": rtol,
+        "atol": atol,
+        "timing_method": _timing_method(spec.device),
+        **_environment(spec.device),
+        "started_ms": int(time.time() * 1000),
+        "finished_ms": None,
+    }
+
+
+def _tolerances(policy: PrecisionPolicy) -> tuple[float, float]:
+    from htam_graph.kernels_runtime.recorder import tolerances
+
+    rtol, atol = tolerances(
+        EvalRequest(task_key="", task_source="", candidate_source="", precision_policy=policy)
+    )
+    return float(rtol), float(atol)
+
+
+def _run_with_progress(
+    runner: Executor,
+    jobs: list[Any],
+    results: ResultsLog,
+    total: int,
+    workers: int,
+    console: Console,
+    quiet: bool,
+) -> None:
+    if quiet:
+        drive(runner, jobs, results, workers)
+        return
+    progress = Progress(
+        TextColumn("[bold]bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[score]}"),
+        console=console,
+    )
+    with progress:
+        bar = progress.add_task(
+            "bench", total=total, completed=total - len(jobs), score=_score_text(Score.of(results.rows))
+        )
+
+        def on_row(row: dict[str, Any]) -> None:
+            progress.console.print(_row_line(row))
+            progress.update(bar, advance=1, score=_score_text(Score.of(results.rows)))
+
+        drive(runner, jobs, results, workers, on_row=on_row)

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Self-check of the kernel runtime on one GPU (the lead runs it on the H200; no graph database needed).
+
+    python scripts/gpu_runtime_check.py --out "$OUT" [--kernelbench DIR] [--tasks level1/2_...py ...]
+                                        [--skip-compile] [--budget-s 450] [--sections refs,good,adv,base]
+
+Writes `runtime_gpu_check.json` and `runtime_gpu_check.md` into --out. Sections (see
+htam_graph.kernels_runtime.selfcheck): reference-as-candidate noise floor on ~10 level1/level2 tasks, the
+hand-written Triton and CUDA candidates (CUDA pre-built in parallel; first and warm evaluation), every adversarial
+candidate (must be rejected with its expected kind), and eager/torch.compile baselines of the level1/level2 dev
+tasks against h200_baselines.jsonl while the budget lasts (eager for all tasks first, then torch.compile; baselines
+use 10 timing runs instead of 20 to fit the budget). Exit code 0 when every adversarial file was rejected as
+expected and every good candidate passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = [
+    "level1/2_Standard_matrix_multiplication_.py", "level1/22_Tanh.py", "level1/24_LogSoftmax.py",
+    "level1/40_LayerNorm.py", "level1/48_Mean_reduction_over_a_dimension.py", "level1/50_conv_standard_2D__square_input__square_kernel.py",
+    "level2/12_Gemm_Multiply_LeakyReLU.py", "level2/40_Matmul_Scaling_ResidualAdd.py", "level2/52_Conv2d_Activation_BatchNorm.py",
+    "level2/86_Matmul_Divide_GELU.py",
+]  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--kernelbench", type=Path, default=Path("/work/shared/kernelbench"))
+    p.add_argument(
+        "--tasks", nargs="*", default=None, help="baseline tasks (default: every level1/level2 file)"
+    )
+    p.add_argument("--skip-compile", action="store_true", help="no torch.compile baselines")
+    p.add_argument(
+        "--budget-s", type=float, default=450.0, help="wall budget; baselines stop when it runs out"
+    )
+    p.add_argument("--sections", default="refs,good,adv,base")
+    args = p.parse_args()
+
+    import torch
+    import triton
+
+    from htam_graph.kernels_runtime import selfcheck
+    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: this script measures a GPU", file=sys.stderr)
+        return 1
+    deadline = selfcheck.Deadline(args.budget_s)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ev = SubprocessEvaluator(cache_dir=args.out / "cache")
+    kb = args.kernelbench
+    sections = set(args.sections.split(","))
+    report: dict[str, object] = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
+    timings: dict[str, float] = {}
+
+    def run(name: str, fn):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        report[name] = fn()
+        timings[name] = time.perf_counter() - start
+        (args.out / "runtime_gpu_check.json").write_text(
+            json.dumps({**report, "section_s": timings}, indent=2, default=str)
+        )
+        print(f"{name}: {timings[name]:.0f} s", flush=True)
+
+    if "refs" in sections:
+        run(
+            "reference_sample",
+            lambda: selfcheck.reference_sample(ev, kb, [t for t in SAMPLE if (kb / t).exists()]),
+        )
+    if "good" in sections:
+        run("good_candidates", lambda: selfcheck.good_candidates(ev, kb, REPO / "tests/data/candidates"))
+    if "adv" in sections:
+        run("adversarial", lambda: selfcheck.adversarial(ev, kb, REPO / "tests/data/adversarial"))
+    if "base" in sections:
+        tasks = args.tasks or sorted(
+            str(f.relative_to(kb)) for lvl in ("level1", "level2") for f in (kb / lvl).glob("*.py")
+        )
+        run("baselines", lambda: selfcheck.baselines(ev, kb, tasks, deadline, not args.skip_compile))
+    report["section_s"] = timings
+    (args.out / "runtime_gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+    (args.out / "runtime_gpu_check.md").write_text(selfcheck.summary_markdown(report))
+    adv_ok = all(r["ok"] for r in report.get("adversarial", []))  # type: ignore[union-attr]
+    good_ok = all(
+        r.get("correct", True) for r in report.get("good_candidates", []) if "pre-build" not in r["name"]
+    )  # type: ignore[union-attr]
+    print(selfcheck.summary_markdown(report))
+    return 0 if adv_ok and good_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The subprocess evaluator on the CPU: good candidates pass, failures of every kind are classified, never raised."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from htam_graph.kernels_runtime.corpus import CPU_TEST_SIZES, shrink_task
+from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.model import ErrorKind, EvalRequest, Language
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+KB = Path("/work/shared/kernelbench")
+TANH = "level1/22_Tanh.py"
+
+TINY_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+
+batch_size = 4
+dim = 256
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+"""
+
+TRITON_PREFIX = (
+    DATA.joinpath("candidates", "triton_tanh.py").read_text(encoding="utf-8").split("class ModelNew")[0]
+)
+
+
+def _task(task: str) -> str:
+    path = KB / task
+    if not path.exists():
+        pytest.skip("KernelBench dev split not available")
+    return shrink_task(path.read_text(encoding="utf-8"), CPU_TEST_SIZES[task])
+
+
+def _req(candidate: str, task_source: str = TINY_TASK, **kw: object) -> EvalRequest:
+    base: dict[str, object] = dict(
+        task_key="test/tiny",
+        task_source=task_source,
+        candidate_source=candidate,
+        device="cpu",
+        shape="smoke",
+        trials=2,
+        timing_runs=3,
+        warmup_runs=1,
+        timeout_s=120,
+    )
+    base.update(kw)
+    return EvalRequest(**base)  # type: ignore[arg-type]
+
+
+def _kernel_candidate(forward_body: str) -> str:
+    return TRITON_PREFIX + "class ModelNew(nn.Module):\n    def forward(self, x):\n" + forward_body
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory: pytest.TempPathFactory) -> SubprocessEvaluator:
+    return SubprocessEvaluator(cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.mark.parametrize("name", ["triton_tanh", "triton_log_softmax", "triton_leaky_relu"])
+def test_hand_written_triton_candidates_pass(evaluator: SubprocessEvaluator, name: str) -> None:
+    source = (DATA / "candidates" / f"{name}.py").read_text(encoding="utf-8")
+    task = {
+        "triton_tanh": TANH,
+        "triton_log_softmax": "level1/24_LogSoftmax.py",
+        "triton_leaky_relu": "level1/20_LeakyReLU.py",
+    }[name]
+    result = evaluator.evaluate(_req(source, _task(task), task_key=task, trials=3))
+    assert result.correct, (result.error_kind, result.error_excerpt, result.checks)
+    assert result.language is Language.TRITON and result.compiled
+    assert result.checks["kernel_launched"].startswith("pass")
+    assert result.checks["extra_shapes"].startswith("pass")
+    assert result.timing_on_cpu and result.runtime_us and result.ref_eager_us and result.speedup_eager_x
+    assert result.gpu_arch == "cpu" and result.torch_version and result.max_abs_err is not None
+    # LeakyReLU of torch.rand inputs (all >= 0) is the identity: the task is flagged, the candidate is not failed.
+    assert result.task_degenerate == (name == "triton_leaky_relu")
+
+
+def test_reference_as_candidate_passes_on_the_reference_track(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(reference_as_candidate(TINY_TASK), candidate_kind="reference"))
+    assert result.correct, result.error_excerpt
+    assert result.checks["kernel_launched"].startswith("skipped")
+    assert result.checks["output_not_trivial"].startswith("pass")
+    assert result.max_abs_err == 0.0
+
+
+def test_reference_as_candidate_fails_on_the_kernel_track(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(reference_as_candidate(TINY_TASK)))
+    assert result.error_kind is ErrorKind.HACK_DETECTED and "no kernel" in result.error_excerpt
+
+
+def test_degenerate_task_is_flagged_not_the_candidate(evaluator: SubprocessEvaluator) -> None:
+    task = TINY_TASK.replace("torch.tanh(x) * 2.0", "x * 0.0 + 1.0")
+    result = evaluator.evaluate(_req(reference_as_candidate(task), task, candidate_kind="reference"))
+    assert result.correct and result.task_degenerate
+    assert "constant" in result.checks["output_not_trivial"]
+
+
+def test_cuda_candidate_is_unsupported_on_cpu_without_spawning(evaluator: SubprocessEvaluator) -> None:
+    source = (DATA / "candidates" / "cuda_tanh.py").read_text(encoding="utf-8")
+    start = time.perf_counter()
+    result = evaluator.evaluate(_req(source))
+    assert result.error_kind is ErrorKind.UNSUPPORTED_ON_DEVICE and result.language is Language.CUDA
+    assert time.perf_counter() - start < 2.0  # decided statically, no worker
+
+
+def test_syntax_error_is_a_compile_error(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req("class ModelNew(:\n"))
+    assert result.error_kind is ErrorKind.COMPILE_ERROR and "SyntaxError" in result.error_excerpt
+
+
+def test_import_failure_is_a_compile_error_with_the_candidate_line(evaluator: SubprocessEvaluator) -> None:
+    source = TRITON_PREFIX + "raise ValueError('bad build')\nclass ModelNew(nn.Module):\n    pass\n"
+    result = evaluator.evaluate(_req(source))
+    assert result.error_kind is ErrorKind.COMPILE_ERROR
+    assert "bad build" in result.error_excerpt and "candidate_" in result.error_excerpt
+
+
+def test_exception_in_forward_is_a_runtime_error(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(_kernel_candidate("        raise IndexError('oops in forward')\n")))
+    assert result.error_kind is ErrorKind.RUNTIME_ERROR and "oops in forward" in result.error_excerpt
+
+
+def test_system_exit_in_forward_is_a_runtime_error(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(_kernel_candidate("        raise SystemExit(0)\n")))
+    assert result.error_kind is ErrorKind.RUNTIME_ERROR
+
+
+def test_hang_is_a_timeout_and_the_caller_survives(evaluator: SubprocessEvaluator) -> None:
+    start = time.perf_counter()
+    result = evaluator.evaluate(
+        _req(_kernel_candidate("        while True:\n            pass\n"), timeout_s=12)
+    )
+    assert result.error_kind is ErrorKind.TIMEOUT and "timed out" in result.error_excerpt
+    assert time.perf_counter() - start < 30
+
+
+def test_abort_is_a_crash(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(_kernel_candidate("        import os\n        os.abort()\n")))
+    assert result.error_kind is ErrorKind.CRASH and "SIGABRT" in result.error_excerpt
+
+
+def test_worker_that_cannot_spawn_is_infra(tmp_path: Path) -> None:
+    ev = SubprocessEvaluator(cache_dir=tmp_path, python=str(tmp_path / "no-such-python"))
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n")))
+    assert result.error_kind is ErrorKind.INFRA_ERROR and "spawn" in result.error_excerpt
+
+
+def _fake_python(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/sh\ncat > /dev/null\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_worker_failing_before_ready_is_infra(tmp_path: Path) -> None:
+    ev = SubprocessEvaluator(
+        cache_dir=tmp_path, python=_fake_python(tmp_path, "echo 'ImportError: no torch' >&2\nexit 1\n")
+    )
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n")))
+    assert result.error_kind is ErrorKind.INFRA_ERROR and "before it was ready" in result.error_excerpt
+    assert "no torch" in result.error_excerpt
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["not json at all", '{"nonce": "forged", "index": 0, "result": {"compiled": true, "correct": true}}'],
+    ids=["garbage", "wrong-nonce"],
+)
+def test_corrupted_or_unsigned_result_is_infra(tmp_path: Path, line: str) -> None:
+    body = f'echo ready > "$HTAM_PROGRESS_PATH"\necho \'{line}\' > "$HTAM_RESULT_PATH"\nsleep 5\n'
+    ev = SubprocessEvaluator(cache_dir=tmp_path, python=_fake_python(tmp_path, body))
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n")))
+    assert result.error_kind is ErrorKind.INFRA_ERROR and not result.correct
+
+
+def test_reuse_worker_is_only_for_the_reference_track(evaluator: SubprocessEvaluator) -> None:
+    with pytest.raises(ValueError, match="reference"):
+        evaluator.evaluate_many([_req(_kernel_candidate("        return x\n"))], reuse_worker=True)
+    refs = [_req(reference_as_candidate(TINY_TASK), candidate_kind="reference", seed=s) for s in (0, 1)]
+    results = evaluator.evaluate_many(refs, reuse_worker=True)
+    assert [r.correct for r in results] == [True, True]
+
+
+def test_worker_result_does_not_come_from_stdout(evaluator: SubprocessEvaluator) -> None:
+    forged = '{"compiled": true, "correct": true}'
+    source = _kernel_candidate(f"        print({forged!r})\n        raise RuntimeError('real failure')\n")
+    result = evaluator.evaluate(_req(source))
+    assert result.error_kind is ErrorKind.RUNTIME_ERROR
+
+
+def test_no_worker_processes_left_behind(evaluator: SubprocessEvaluator) -> None:
+    before = set(os.listdir("/proc"))
+    evaluator.evaluate(_req(_kernel_candidate("        while True:\n            pass\n"), timeout_s=8))
+    leftover = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and _is_worker(p)]
+    assert leftover == []
+
+
+def _is_worker(pid: str) -> bool:
+    try:
+        return b"kernels_runtime.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

@@ -1,0 +1,64 @@
+"""The report's pure pieces: run derivation (reference / failed runs), geomean, cell formatting, Markdown."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from htam_graph.cli import reportdata as rd
+from htam_graph.cli.reporthtml import md_table
+from htam_graph.cli.reportlib import _cell, fmt
+
+
+def base(**kw: object) -> dict[str, object]:
+    row: dict[str, object] = {"task": "t", "level": 1, "policy": "htam", "seed": 0, "status": "done"}
+    row.update(kw)
+    return row
+
+
+def test_reference_run_is_1x_over_eager_and_eager_over_compile() -> None:
+    d = rd._derive(base(best_is_reference=True, ref_eager_us=200.0, ref_compile_us=100.0, sol_us=50.0))
+    assert (d["speedup_eager_x"], d["speedup_compile_x"]) == (1.0, 0.5)
+    assert d["runtime_us"] == 200.0 and d["sol_fraction"] == 0.25 and d["returned_correct"]
+    assert math.isnan(d["best_step"])  # the reference is not a kernel found at some step
+
+
+def test_failed_run_counts_1x_and_not_correct() -> None:
+    d = rd._derive(base(status="timeout"))
+    assert d["speedup_eager_x"] == 1.0 and not d["returned_correct"]
+    assert math.isnan(d["speedup_compile_x"])  # nothing measured: left out, not invented
+
+
+def test_missing_recorded_speedup_falls_back_to_runtimes() -> None:
+    d = rd._derive(base(ref_eager_us=300.0, ref_compile_us=150.0, best_runtime_us=100.0))
+    assert (d["speedup_eager_x"], d["speedup_compile_x"]) == (3.0, 1.5)
+
+
+def test_done_run_without_any_speedup_is_an_error() -> None:
+    with pytest.raises(rd.ReportError, match="no usable speedup"):
+        rd._derive(base(best_speedup_eager_x=None))
+
+
+def test_geomean_ignores_missing_values() -> None:
+    assert rd.geomean([2.0, 8.0, math.nan, None]) == pytest.approx(4.0)
+    assert math.isnan(rd.geomean([]))
+
+
+def test_orders_and_labels() -> None:
+    assert rd.level_order(["all", "2", "10", "-", "1"]) == ["1", "2", "10", "-", "all"]
+    assert rd.policy_order(["random", "flat", "htam"]) == ["htam", "flat", "random"]
+    assert rd.level_label(None) == "-" and rd.level_label(2) == "2"
+
+
+def test_cells() -> None:
+    assert fmt(math.nan, "x") == "-" and fmt(1.23456, "x") == "1.235x" and fmt(3.0, "int") == "3"
+    assert _cell([1.0, 3.0], "frac", "mean") == f"2.000 ± {math.sqrt(2):.3f}"
+    assert _cell([2.0, 2.0], "x", "mean") == "2.000x"
+    assert _cell([1.0, 2.0], "usd", "sum") == "$3.00"
+
+
+def test_markdown_table_escapes_pipes() -> None:
+    text = md_table(pd.DataFrame({"a": ["x|y"], "b": [None]}))
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | - |"]
