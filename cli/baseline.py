@@ -44,7 +44,7 @@ def baseline(
     requests = []
     for ref in tasks:
         key, source = resolve_task(settings, ref)
-        requests.append(baseline_request(key, source, device, shape, timing_runs, not skip_compile))  # type: ignore[arg-type]
+        requests.append(baseline_request(key, source, device, shape, timing_runs, not skip_compile))  # type: ignore[arg-type,unused-ignore]
     evaluator = SubprocessEvaluator(cache_dir=settings.htam_home / "runtime-cache")
     results = evaluator.evaluate_many(requests, reuse_worker=True)
     rows, failures = [], []

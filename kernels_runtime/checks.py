@@ -97,8 +97,8 @@ def plain_tensor_problem(out: Any, inputs: Sequence[Any], device: torch.device) 
             return f"output #{i} has no readable storage ({type(e).__name__})"
         if start == 0:
             return f"output #{i} has no storage (data_ptr 0)"
-        for j, (s, e) in enumerate(input_spans):
-            if start < e and s < end:
+        for j, (in_start, in_end) in enumerate(input_spans):
+            if start < in_end and in_start < end:
                 return f"output #{i} shares memory with input #{j} (a view or in-place result)"
     return None
 
@@ -226,13 +226,20 @@ def degenerate_reason(
     return None
 
 
-def poison_allocator(device: torch.device, nbytes: int, value: float = float("nan")) -> None:
+def poison_allocator(
+    device: torch.device,
+    nbytes: int,
+    value: float = float("nan"),
+    sizes: Sequence[int] = (),
+    copies: int = 16,
+) -> None:
     """Fill fresh memory with `value` and free it, so blocks the candidate allocates next hold poison (pitfalls 1, 16).
 
     On CUDA the caching allocator is emptied first (so no cached block still holds an old result), then one large
-    block and a few small-pool blocks are filled and released back into the cache, where the candidate's
-    `empty`/`empty_like` allocations are carved from. On the CPU the same sizes are filled and freed so that
-    malloc's recycled chunks hold poison (best effort: glibc may hand out fresh zero pages instead).
+    block is filled and released back into the cache, where the candidate's `empty`/`empty_like` allocations are
+    carved from. Blocks of exactly `sizes` bytes (the sizes of the inputs and outputs, i.e. what a candidate
+    typically allocates) are poisoned `copies` times each too: on the CPU that is what makes malloc hand the
+    poisoned chunks back (same-size free lists); best effort there, since glibc may also return fresh zero pages.
     """
     nbytes = max(int(nbytes), 1 << 20)
     if device.type == "cuda":
@@ -242,8 +249,17 @@ def poison_allocator(device: torch.device, nbytes: int, value: float = float("na
         nbytes = min(nbytes, int(free * 0.5))
     blocks = [torch.empty(nbytes // 4, dtype=torch.float32, device=device)]
     blocks += [torch.empty((256 << 10) // 4, dtype=torch.float32, device=device) for _ in range(8)]
+    for size in sorted(set(sizes)):
+        if 0 < size <= nbytes:
+            n = max(1, min(copies, nbytes // size))  # at most ~nbytes per size
+            blocks += [torch.empty(size, dtype=torch.uint8, device=device) for _ in range(n)]
     for b in blocks:
-        b.fill_(value)
+        if b.dtype == torch.uint8:
+            b.view(torch.uint8).fill_(
+                0xFF if value != value else 0x44
+            )  # 0xFF bytes are NaN in every float dtype
+        else:
+            b.fill_(value)
     if device.type == "cuda":
         torch.cuda.synchronize()
     del blocks

@@ -45,6 +45,8 @@ class CandidateFailure(Exception):
         self.kind = kind
         self.check = check  # the named check that failed, if any
         self.excerpt = excerpt or message
+        self.max_abs_err: float | None = None  # set on a tolerance mismatch
+        self.max_rel_err: float | None = None
 
 
 class HarnessFailure(Exception):

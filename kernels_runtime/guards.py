@@ -159,10 +159,10 @@ class LaunchCounter:
         except Exception:
             pass
         for cls in classes:
-            original = cls.run
+            original = getattr(cls, "run")  # noqa: B009 - cls is a plain `type` to the type checker
             if getattr(original, "_htam_counted", False):
                 continue
-            cls.run = self._counting_triton(original)
+            setattr(cls, "run", self._counting_triton(original))  # noqa: B010
             self.installed.append(f"{cls.__module__}.{cls.__qualname__}.run")
 
     def _counting_triton(self, original: Callable[..., Any]) -> Callable[..., Any]:

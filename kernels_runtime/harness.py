@@ -121,14 +121,15 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
             _pipeline(req, rec, state, device, Path(tmp))
     except CandidateFailure as f:
         rec.fail(f.kind, f.excerpt, f.check)
+        if f.max_abs_err is not None:
+            rec.set(max_abs_err=f.max_abs_err, max_rel_err=f.max_rel_err)
     except HarnessFailure as e:
         rec.fail(ErrorKind.INFRA_ERROR, f"harness: {e}")
     except Exception as e:  # an error escaping our own code after the candidate ran
         kind = ErrorKind.INFRA_ERROR
         if device.type == "cuda" and ("CUDA error" in str(e) or type(e).__name__ == "AcceleratorError"):
-            kind = (
-                ErrorKind.RUNTIME_ERROR
-            )  # an asynchronous fault of a candidate kernel surfacing in our sync
+            # an asynchronous fault of a candidate kernel surfacing in our sync
+            kind = ErrorKind.RUNTIME_ERROR
         elif isinstance(e, torch.OutOfMemoryError):
             kind = ErrorKind.RUNTIME_ERROR
         rec.fail(kind, exception_excerpt(e))
@@ -171,14 +172,14 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
         device, req.precision_policy, rec.rtol, rec.atol, req.candidate_kind == "kernel",
         state.counter, state.identities, cand_file,
     )  # fmt: skip
+    # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
+    ctx.on_first_call = lambda first_s: rec.set(compiled=True, compile_s=import_s + first_s)
     verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
     ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
     rec.info("weights", weights_note)
 
     with phase("correctness"):
         outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
-        # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
-        rec.set(compiled=True, compile_s=import_s + (ctx.first_call_s or 0.0))
         for t in range(1, req.trials):
             outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
         _record_errors(rec, outcomes)
@@ -268,7 +269,7 @@ def _deterministic_rerun(
     )
     outs = []
     for poison in (float("nan"), _DETERMINISM_POISON):
-        checks.poison_allocator(ctx.device, ctx.poison_bytes, poison)
+        checks.poison_allocator(ctx.device, ctx.poison_bytes, poison, sizes=ctx.poison_sizes)
         out, _ = call_candidate(cand, checks.clone_inputs(inputs), seed, ctx)
         outs.append(out)
     if not ref_det:

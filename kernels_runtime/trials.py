@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ class TrialContext:
     poison_bytes: int = 0
     launches: list[int] = field(default_factory=list)
     first_call_s: float | None = None  # the first candidate forward (includes Triton JIT compilation)
+    on_first_call: Callable[[float], None] | None = None  # told once the candidate has run (it compiled)
+    poison_sizes: list[int] = field(default_factory=list)  # byte sizes of the last trial's inputs and outputs
 
 
 @dataclass
@@ -89,6 +91,8 @@ def call_candidate(cand: Any, inputs: Sequence[Any], seed: int, ctx: TrialContex
     out = candidate_call(forward, ctx.candidate_file, "the candidate forward raised")
     if ctx.first_call_s is None:
         ctx.first_call_s = time.perf_counter() - start
+        if ctx.on_first_call is not None:
+            ctx.on_first_call(ctx.first_call_s)
     launches = ctx.counter.total - before
     ctx.launches.append(launches)
     verify_guards(ctx)
@@ -116,6 +120,10 @@ def _nbytes(values: Sequence[Any]) -> int:
     return sum(
         t.numel() * t.element_size() for t in checks.flatten(list(values)) if isinstance(t, torch.Tensor)
     )
+
+
+def _sizes(values: Sequence[Any]) -> list[int]:
+    return [t.numel() * t.element_size() for t in checks.flatten(list(values)) if isinstance(t, torch.Tensor)]
 
 
 def _sample(out: Any) -> list[torch.Tensor]:
@@ -153,7 +161,8 @@ def run_trial(
     ctx.poison_bytes = 2 * (_nbytes(inputs) + _nbytes([ref_out])) + (64 << 20)
     if ctx.device.type == "cpu":
         ctx.poison_bytes = min(ctx.poison_bytes, 256 << 20)
-    checks.poison_allocator(ctx.device, ctx.poison_bytes)
+    ctx.poison_sizes = _sizes(list(inputs) + [ref_out])
+    checks.poison_allocator(ctx.device, ctx.poison_bytes, sizes=ctx.poison_sizes)
     ctx.poisoned_trials += 1
     if cand_storage is None:
         cand_inputs = checks.clone_inputs(inputs)
@@ -186,6 +195,8 @@ def run_trial(
                 "reference_kept_alive_and_poisoned",
                 f"{cmp.reason} (NaN = the allocator poison: uninitialised or recycled memory, or a NaN result)",
             )
-        raise CandidateFailure(ErrorKind.MISMATCH, check, f"{label}: {reason}")
+        failure = CandidateFailure(ErrorKind.MISMATCH, check, f"{label}: {reason}")
+        failure.max_abs_err, failure.max_rel_err = cmp.max_abs_err, cmp.max_rel_err
+        raise failure
     del ref_inputs
     return TrialOutcome(inputs, ref_out, _sample(ref_out), cmp.max_abs_err, cmp.max_rel_err)

@@ -243,7 +243,7 @@ def _module_node(
     op, attr_names = entry
     origin = f"nn.{cls.__name__} {path}"
     operands: tuple[Value, ...] = (_value(fx_node.args[0], names),)
-    if SIGNATURES[op].kind is OpKind.LIBRARY:
+    if SIGNATURES[op].kind in (OpKind.LIBRARY, OpKind.NORM):
         for pname in ("weight", "bias"):
             tensor = getattr(module, pname, None)
             if tensor is None:
@@ -251,7 +251,8 @@ def _module_node(
                 continue
             attrs[f"{path}.{pname}"] = _attr_info(gm, f"{path}.{pname}")
             operands += (Ref(f"{path}.{pname}"),)
-        return OpNode(fx_node.name, OpKind.LIBRARY, op, operands, (), shape, dtype, path, origin)
+        if SIGNATURES[op].kind is OpKind.LIBRARY:
+            return OpNode(fx_node.name, OpKind.LIBRARY, op, operands, (), shape, dtype, path, origin)
     params = tuple((a, _module_scalar(module, path, a)) for a in attr_names)
     sig = SIGNATURES[op]
     _check_semantics(sig, operands, params)
@@ -303,6 +304,8 @@ def _check_semantics(
         )
     if sig.kind is OpKind.SOFTMAX and dict(params)["dim"] == Const(None):
         raise NotApplicable(f"{sig.op} without an explicit dim")
+    if sig.kind is OpKind.REDUCTION and dict(params)["dim"] in (Const(None), Const(())):
+        raise NotApplicable(f"{sig.op} without an explicit dim (a full reduction) is not supported")
 
 
 # ------------------------------------------------------------------------------------------- attribute scalars

@@ -55,6 +55,11 @@ class OpKind(StrEnum):
     ELEMENTWISE = "elementwise"
     LIBRARY = "library"  # conv*, conv_transpose*, linear, matmul/mm/bmm: kept as the library call
     SOFTMAX = "softmax"  # softmax / log_softmax
+    REDUCTION = "reduction"  # sum / mean / prod / amax / amin / argmax / argmin / logsumexp over explicit dims
+    NORM = "norm"  # nn.LayerNorm / nn.GroupNorm / nn.InstanceNorm*d modules (statistics of the input itself)
+    POOL = "pool"  # max_pool{1,2,3}d / avg_pool{1,2,3}d (window parameters in params)
+    LAYOUT = "layout"  # unsqueeze (a view) and diag (a vector -> a diagonal matrix): no arithmetic
+    IDENTITY = "identity"  # clone / detach / contiguous: the same values (algebraic_rewrite.drop_noops)
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,30 @@ _UNARY = (
     "neg abs exp log sqrt rsqrt sigmoid tanh relu relu6 hardswish hardsigmoid mish selu softsign silu erf square"
 ).split()
 _BINARY = "mul maximum minimum max min gt lt ge le eq ne".split()
+_REDUCE_PARAMS = (("dim", None), ("keepdim", False))
+# Norm modules: canonical op -> the module attributes read as parameters (with their defaults).
+NORM_MODULE_PARAMS: dict[str, tuple[tuple[str, object], ...]] = {
+    "nn_layer_norm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True)),
+    "nn_group_norm": (("num_groups", None), ("eps", 1e-5), ("affine", True)),
+    "nn_instance_norm": (("eps", 1e-5), ("affine", False), ("track_running_stats", False)),
+}
 _CONV_PARAMS = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
+_MAX_POOL_PARAMS = (
+    ("kernel_size", None),
+    ("stride", None),
+    ("padding", 0),
+    ("dilation", 1),
+    ("ceil_mode", False),
+    ("return_indices", False),
+)
+_AVG_POOL_PARAMS = (
+    ("kernel_size", None),
+    ("stride", None),
+    ("padding", 0),
+    ("ceil_mode", False),
+    ("count_include_pad", True),
+    ("divisor_override", None),
+)
 _CONVT_PARAMS = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
 
 
@@ -194,8 +222,19 @@ def _signatures() -> dict[str, Signature]:
             "matmul": Signature("matmul", OpKind.LIBRARY, ("input", "other")),
             "mm": Signature("mm", OpKind.LIBRARY, ("input", "other")),
             "bmm": Signature("bmm", OpKind.LIBRARY, ("input", "other")),
+            "unsqueeze": Signature("unsqueeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
+            "diag": Signature("diag", OpKind.LAYOUT, ("input",), (("diagonal", 0),)),
+            **{name: Signature(name, OpKind.IDENTITY, ("input",)) for name in ("clone", "detach", "contiguous")},
         }
     )
+    # Reductions: `dim` must be explicit (checked in analysis); dtype must stay the input's.
+    for name in ("sum", "mean"):
+        table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS, (("dtype", None),))
+    for name in ("prod", "amax", "amin", "argmax", "argmin", "logsumexp"):
+        table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS)
+    # Norm modules only (named so that no torch function binds to them): weight, bias, then module attributes.
+    for name, attrs in NORM_MODULE_PARAMS.items():
+        table[name] = Signature(name, OpKind.NORM, ("input", "weight", "bias"), attrs, optional_operands=2)
     for dims in (1, 2, 3):
         table[f"conv{dims}d"] = Signature(
             f"conv{dims}d", OpKind.LIBRARY, ("input", "weight", "bias"), _CONV_PARAMS, optional_operands=1
@@ -207,6 +246,10 @@ def _signatures() -> dict[str, Signature]:
             _CONVT_PARAMS,
             optional_operands=1,
         )
+    for dims in (1, 2, 3):  # parameter order as in torch.nn.functional, names as the nn.*Pool attributes
+        table[f"max_pool{dims}d"] = Signature(f"max_pool{dims}d", OpKind.POOL, ("input",), _MAX_POOL_PARAMS)
+        avg_params = _AVG_POOL_PARAMS if dims > 1 else _AVG_POOL_PARAMS[:-1]
+        table[f"avg_pool{dims}d"] = Signature(f"avg_pool{dims}d", OpKind.POOL, ("input",), avg_params)
     aliases = {
         "div": "truediv",
         "divide": "truediv",
@@ -255,4 +298,16 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ConvTranspose1d": ("conv_transpose1d", ()),
     "ConvTranspose2d": ("conv_transpose2d", ()),
     "ConvTranspose3d": ("conv_transpose3d", ()),
+    "LayerNorm": ("nn_layer_norm", ("normalized_shape", "eps", "elementwise_affine")),
+    "GroupNorm": ("nn_group_norm", ("num_groups", "eps", "affine")),
+    "InstanceNorm1d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
+    "InstanceNorm2d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
+    "InstanceNorm3d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
+    **{
+        f"MaxPool{d}d": (f"max_pool{d}d", tuple(p for p, _ in _MAX_POOL_PARAMS)) for d in (1, 2, 3)
+    },
+    **{
+        f"AvgPool{d}d": (f"avg_pool{d}d", tuple(p for p, _ in _AVG_POOL_PARAMS[: 6 if d > 1 else 5]))
+        for d in (1, 2, 3)
+    },
 }

@@ -6,6 +6,7 @@ scripts/gpu_runtime_check.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from htam_graph.model import PrecisionPolicy  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parents[1] / "data"
-KB = Path("/work/shared/kernelbench")
+KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ untrusted candidates always get a fresh process each. Levels 1 and 2 take a few 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.reference import reference_as_candidate
 from htam_graph.model import EvalRequest
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
 
 
 def _sweep(level: str, tmp_path: Path) -> None:
@@ -28,16 +29,31 @@ def _sweep(level: str, tmp_path: Path) -> None:
         src = f.read_text(encoding="utf-8")
         requests.append(
             EvalRequest(
-                task_key=f"{level}/{f.stem}", task_source=src, candidate_source=reference_as_candidate(src),
-                device="cpu", shape="smoke", trials=2, extra_shapes=1, timing_runs=2, warmup_runs=0,
-                measure_baselines=False, candidate_kind="reference", timeout_s=600,
+                task_key=f"{level}/{f.stem}",
+                task_source=src,
+                candidate_source=reference_as_candidate(src),
+                device="cpu",
+                shape="smoke",
+                trials=2,
+                extra_shapes=1,
+                timing_runs=2,
+                warmup_runs=0,
+                measure_baselines=False,
+                candidate_kind="reference",
+                timeout_s=600,
             )  # fmt: skip
         )
     results = SubprocessEvaluator(cache_dir=tmp_path).evaluate_many(requests, reuse_worker=True)
-    failures = {r.task_key: (res.error_kind, res.error_excerpt[:300]) for r, res in zip(requests, results, strict=True) if not res.correct}
+    failures = {
+        r.task_key: (res.error_kind, res.error_excerpt[:300])
+        for r, res in zip(requests, results, strict=True)
+        if not res.correct
+    }
     assert failures == {}, failures
     for res in results:  # every defence ran (kernel_launched is skipped on the reference track, by design)
-        assert res.checks["correctness"].startswith("pass") and res.checks["deterministic_rerun"].startswith(("pass", "skipped"))
+        assert res.checks["correctness"].startswith("pass") and res.checks["deterministic_rerun"].startswith(
+            ("pass", "skipped")
+        )
 
 
 def test_level1_references_pass_at_smoke_shapes(tmp_path: Path) -> None:

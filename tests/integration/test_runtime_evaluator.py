@@ -15,7 +15,7 @@ from htam_graph.kernels_runtime.reference import reference_as_candidate
 from htam_graph.model import ErrorKind, EvalRequest, Language
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-KB = Path("/work/shared/kernelbench")
+KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
 TANH = "level1/22_Tanh.py"
 
 TINY_TASK = """

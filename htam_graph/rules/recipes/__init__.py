@@ -5,7 +5,13 @@ from __future__ import annotations
 from htam_graph.rules.base import Recipe
 from htam_graph.rules.recipes.elementwise_chain import ElementwiseChain
 from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
+from htam_graph.rules.recipes.norm_fused import SinglePassNorm
+from htam_graph.rules.recipes.pool_window import PoolWindow
+from htam_graph.rules.recipes.reduce_dim import DimReduction
+from htam_graph.rules.recipes.rewrite_diag_matmul import DiagMatmulAsBroadcast
+from htam_graph.rules.recipes.rewrite_noops import DropNoops
 from htam_graph.rules.recipes.row_softmax import RowSoftmax
+from htam_graph.rules.recipes.softmax_dim import OnlineLogsumexp
 from htam_graph.rules.recipes.tuning import TuningRecipe, tuning_recipes
 
 __all__ = ["base_recipes", "default_recipes", "TuningRecipe"]
@@ -14,6 +20,9 @@ __all__ = ["base_recipes", "default_recipes", "TuningRecipe"]
 def base_recipes() -> dict[str, Recipe]:
     """Recipes that write a kernel from the task alone, by local key (in preference order)."""
     recipes: list[Recipe] = [ElementwiseChain(), LibraryEpilogue(), RowSoftmax()]
+    recipes += [PoolWindow(), DiagMatmulAsBroadcast()]
+    recipes.append(DropNoops([ElementwiseChain(), LibraryEpilogue(), PoolWindow()]))
+    recipes += [SinglePassNorm(), DimReduction(), OnlineLogsumexp()]
     return {r.key: r for r in recipes}
 
 

@@ -18,6 +18,9 @@ VECTORIZED_LOADS = "memory_access.vectorized_loads"
 
 _ELEMENTWISE_BASES = ("fusion.elementwise_chain", "fusion.library_epilogue")
 _ROW_BASES = ("reduction_structure.row_softmax",)
+_POOL_BASES = ("data_reuse.pooling_window_reuse",)  # pooled outputs per program, each looping over its window
+_SCALE_BASES = ("algebraic_rewrite.diag_matmul_as_broadcast",)  # columns per program
+_NOOP_BASES = ("algebraic_rewrite.drop_noops",)  # re-emits an elementwise / epilogue / pooling kernel
 
 ELEMENTWISE_LADDER = tuple(
     KernelConfig(block=b, num_warps=w)
@@ -34,6 +37,9 @@ ROW_LADDER = tuple(
         (2048, 8, 8192),
         (4096, 16, 32768),
     )
+)
+POOL_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 8), (128, 4), (512, 8), (128, 2))
 )
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
@@ -103,7 +109,9 @@ def _show(config: KernelConfig) -> str:
 def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     """The tuning recipes over the given base recipes."""
     block_ladders = {k: ELEMENTWISE_LADDER for k in _ELEMENTWISE_BASES} | {k: ROW_LADDER for k in _ROW_BASES}
-    vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES}
+    block_ladders |= {k: POOL_LADDER for k in _POOL_BASES} | {k: ELEMENTWISE_LADDER for k in _SCALE_BASES}
+    block_ladders |= {k: ELEMENTWISE_LADDER for k in _NOOP_BASES}
+    vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),
         TuningRecipe(VECTORIZED_LOADS, vector_ladders, bases),

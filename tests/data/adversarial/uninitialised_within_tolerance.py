@@ -1,5 +1,5 @@
 # htam-adversarial
-# pitfall: 16 uninitialised scratch that passes the tolerance: tanh + 1e-7 * (garbage in [-1e3, 1e3] after NaN->0)
+# pitfall: 16 uninitialised scratch that passes the tolerance: tanh + 1e-8 * (garbage in [-1e3, 1e3] after NaN->0)
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
 # expected_check: deterministic_rerun
@@ -31,4 +31,4 @@ class ModelNew(nn.Module):
         launch_tanh(x, out, x.numel())
         junk = torch.empty_like(x)  # never written: whatever the allocator hands back
         junk = torch.nan_to_num(junk, nan=0.0, posinf=0.0, neginf=0.0).clamp(-1e3, 1e3)
-        return out + junk * 1e-7
+        return out + junk * 1e-8  # at most 1e-5: inside atol=1e-4

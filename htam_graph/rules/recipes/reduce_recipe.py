@@ -1,0 +1,64 @@
+"""The base of the reduction / normalisation recipes: plan the forward, filter by reducer, write the file."""
+
+from __future__ import annotations
+
+from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.codegen import SourceParts, render_file
+from htam_graph.rules.recipes.library_epilogue import _library_call
+from htam_graph.rules.recipes.reduce_kernel import launcher_call, reduction_source
+from htam_graph.rules.recipes.reduce_plan import ReducePlan, plan_reduction
+from htam_graph.rules.triton_math import helper_sources
+
+__all__ = ["ReductionRecipe"]
+
+
+class ReductionRecipe:
+    """Shared check/emit; subclasses set `key`, `summary` and `accept(plan)` (raise NotApplicable)."""
+
+    key = ""
+    summary = ""
+    default_config = KernelConfig(block=2048, num_warps=8, max_single_block=16384)
+
+    def accept(self, plan: ReducePlan) -> None:
+        raise NotImplementedError
+
+    def plan(self, view: TaskView) -> ReducePlan:
+        plan = plan_reduction(view.graph)
+        self.accept(plan)
+        return plan
+
+    def check(self, view: TaskView) -> Applicability:
+        try:
+            plan = self.plan(view)
+            reduction_source(plan, self.default_config)  # fail here, not at emit time, on inexpressible ops
+        except NotApplicable as e:
+            return Applicability.no(str(e))
+        return Applicability.yes()
+
+    def emit(self, view: TaskView, config: KernelConfig) -> str:
+        plan = self.plan(view)
+        pieces, kernel_name, launcher_name = reduction_source(plan, config)
+        args, guards = launcher_call(plan)
+        body = list(guards)
+        library_note = ""
+        if plan.library is not None:
+            body.append(f"{plan.library_var} = {_library_call(view.graph, plan.library)}  # library op, unchanged")
+            library_note = f"{plan.library.op} stays a library call; "
+        body.append(f"return {launcher_name}({', '.join(args)})")
+        parts = SourceParts(
+            recipe_key=self.key,
+            config=config,
+            task_key=view.task_key,
+            summary=(
+                f"{library_note}fused into one Triton kernel: {plan.describe()} ({plan.mode} mode).",
+                self.summary,
+            ),
+            constants=tuple(pieces.constants),
+            helpers=(*helper_sources(set(pieces.helpers)), pieces.combine),
+            kernels=(pieces.kernel,),
+            extra=pieces.extra,
+            launchers=(pieces.launcher,),
+            class_doc=f"{library_note}{plan.describe()} as one tiled Triton reduction kernel.",
+            forward_body=tuple(body),
+        )
+        return render_file(parts, view.skeleton)

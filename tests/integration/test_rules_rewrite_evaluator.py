@@ -1,0 +1,64 @@
+"""Rule-generated algebraic-rewrite kernels go through the real SubprocessEvaluator (CPU, smoke shapes).
+
+The evaluator runs the candidate in a child process under TRITON_INTERPRET=1 with its own defences (static
+checks, poisoned memory, input-mutation checks, kernel-launch counting, a re-check after timing). The kernels are
+emitted with a large BLOCK so the interpreter runs few programs; the code is otherwise the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.model import EvalRequest, Task
+from htam_graph.rules import KernelConfig
+from htam_graph.rules.generator import task_view
+from htam_graph.rules.recipes import default_recipes
+
+KB = Path("/work/shared/kernelbench")
+
+pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+
+
+@pytest.mark.parametrize(
+    ("rel", "key"),
+    [
+        ("level1/12_Matmul_with_diagonal_matrices_.py", "algebraic_rewrite.diag_matmul_as_broadcast"),
+        ("level2/40_Matmul_Scaling_ResidualAdd.py", "algebraic_rewrite.drop_noops"),
+    ],
+    ids=["diag_matmul_as_broadcast", "drop_noops"],
+)
+def test_rewrite_kernel_is_correct_in_the_real_evaluator(rel: str, key: str) -> None:
+    source = (KB / rel).read_text(encoding="utf-8")
+    task = Task(
+        key=f"kernelbench/{rel[:-3]}",
+        suite="kernelbench",
+        level=None,
+        name=rel,
+        source=source,
+        source_sha256="0" * 64,
+    )
+    candidate = default_recipes()[key].emit(
+        task_view(task), KernelConfig(block=4096, num_warps=8)
+    )
+    request = EvalRequest(
+        task_key=task.key,
+        task_source=source,
+        candidate_source=candidate,
+        device="cpu",
+        shape="smoke",
+        trials=5,
+        extra_shapes=0,
+        timing_runs=1,
+        warmup_runs=0,
+        measure_baselines=False,
+        timeout_s=600,
+    )
+    result = SubprocessEvaluator().evaluate(request)
+    assert result.error_kind is None, result.error_excerpt
+    assert result.compiled and result.correct
+    assert result.checks["kernel_launched"].startswith("pass")
+    assert result.checks["static_source"].startswith("pass")
+    assert result.max_abs_err is not None and result.max_abs_err <= 1e-4
