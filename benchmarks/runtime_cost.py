@@ -38,7 +38,11 @@ def _phases(result: EvalResult) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--kernelbench", type=Path, default=Path("/work/shared/kernelbench"))
+    p.add_argument(
+        "--kernelbench",
+        type=Path,
+        default=Path(__file__).resolve().parents[1].parent / "shared" / "kernelbench",
+    )
     args = p.parse_args()
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"

@@ -132,6 +132,8 @@ class RunResult:
         return total
 
 
+_MAX_ALTERNATIVES = 4
+
 ExecutableLocals = Callable[[Task], Sequence[str]]
 """For generators that can only act on some strategies (the offline rules): the local keys they can execute."""
 
@@ -141,6 +143,7 @@ class _Choice:
     direction: DirectionScore
     local: LocalWithEvidence | None
     examples: list[AttemptExample]
+    alternatives: list[LocalWithEvidence] = field(default_factory=list)
 
 
 class OptimizationLoop:
@@ -265,7 +268,14 @@ class OptimizationLoop:
             # The ablation: the generator acts on the global direction only, with no local memory.
             return _Choice(direction, local if executable is not None else None, [])
         examples = memory.examples_for(self.store, local.strategy.key, task.op_tags or None)
-        return _Choice(direction, local, examples)
+        # An LLM may pick another strategy of the direction (the paper lets the LLM choose the local): it is
+        # offered the others, best upper-confidence value first, and the one it names is recorded.
+        others = [c for c in candidates if c.strategy.key != local.strategy.key] if executable is None else []
+        total = sum(c.attempts for c in candidates)
+        others.sort(
+            key=lambda c: (-policy.ucb_value(c, total, self.settings.local_explore_c), c.strategy.key)
+        )
+        return _Choice(direction, local, examples, others[:_MAX_ALTERNATIVES])
 
     def _choose_flat(
         self, task: Task, allowed: list[str], executable: set[str] | None, rng: random.Random
@@ -317,8 +327,14 @@ class OptimizationLoop:
             device=self.config.device,
             seed=self.config.seed * 1000 + step,
             precision_policy=self.config.precision_policy,
+            alternatives=[c.strategy for c in choice.alternatives],
         )
-        return self.generator.generate(request)
+        reply = self.generator.generate(request)
+        if reply.strategy_key and choice.local and reply.strategy_key != choice.local.strategy.key:
+            chosen = [c for c in choice.alternatives if c.strategy.key == reply.strategy_key]
+            if chosen:
+                choice.local = chosen[0]  # the generator applied another offered strategy: record that one
+        return reply
 
     # ------------------------------------------------------------------------------------------- evaluate
     def _evaluate_and_record(

@@ -148,7 +148,9 @@ class EvalResult(_Frozen):
     correct: bool
     error_kind: ErrorKind | None = None
     error_excerpt: str = ""
-    checks: dict[str, str] = Field(default_factory=dict)  # named defence -> "pass" / "fail: why" / "skipped: why"
+    checks: dict[str, str] = Field(
+        default_factory=dict
+    )  # named defence -> "pass" / "fail: why" / "skipped: why"
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     runtimes_us: list[float] = Field(default_factory=list)
@@ -283,6 +285,9 @@ class GenerationRequest(_Frozen):
     device: Device = "cuda"
     seed: int = 0
     precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT  # what numeric shortcuts are allowed
+    # Other local strategies under the direction: an LLM may choose one of them instead of `strategy`
+    # (the paper's local choice by the LLM) and says which in its reply (`GenerationReply.strategy_key`).
+    alternatives: list[LocalStrategy] = Field(default_factory=list)
 
 
 class GenerationReply(_Frozen):
@@ -293,3 +298,4 @@ class GenerationReply(_Frozen):
     error: str | None = None
     model: str = ""
     usage: Usage = Field(default_factory=Usage)
+    strategy_key: str | None = None  # the strategy the generator says it applied (one it was offered)

@@ -38,7 +38,11 @@ def main() -> int:
     p.add_argument(
         "--kernelbench",
         type=Path,
-        default=Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench")),
+        default=Path(
+            os.environ.get(
+                "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1].parent / "shared" / "kernelbench")
+            )
+        ),
     )
     p.add_argument(
         "--tasks", nargs="*", default=None, help="baseline tasks (default: every level1/level2 file)"

@@ -7,6 +7,7 @@ so retries, accounting and extraction are written once and behave the same for e
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -86,7 +87,20 @@ class LLMGenerator:
             error=error,
             model=completion.model,
             usage=completion.usage,
+            strategy_key=chosen_strategy(completion.text, request),
         )
+
+
+_STRATEGY_LINE = re.compile(r"^\s*\**STRATEGY\**\s*:\s*\**\s*`?([A-Za-z0-9_.]+)`?", re.MULTILINE)
+
+
+def chosen_strategy(text: str, request: GenerationRequest) -> str | None:
+    """The `STRATEGY: <key>` the model named, when it is one of the strategies it was offered."""
+    offered = {s.key for s in request.alternatives}
+    if request.strategy is not None:
+        offered.add(request.strategy.key)
+    m = _STRATEGY_LINE.search(text)
+    return m.group(1) if m and m.group(1) in offered else None
 
 
 def _explain(reason: str, completion: Completion) -> str:

@@ -141,8 +141,26 @@ def render_step(request: GenerationRequest, tpl: PromptTemplates) -> str:
         direction_key=direction.key,
         direction_intent=direction.intent.strip(),
         direction_details=details,
-        strategy_block=_strategy_block(request.strategy),
+        strategy_block=_strategy_block(request.strategy) + _alternatives_block(request),
     ).strip()
+
+
+def _alternatives_block(request: GenerationRequest) -> str:
+    """The other strategies of the direction, for the model to choose from (the local choice is the LLM's)."""
+    if not request.alternatives:
+        return ""
+    lines = [
+        "",
+        "",
+        "Other strategies under this direction (apply one of these instead if the feedback makes it more "
+        "promising):",
+    ]
+    for alt in request.alternatives:
+        first = alt.pattern.strip().split(". ")[0].rstrip(".")
+        lines.append(f"- `{alt.key}` ({alt.name}): {first}.")
+    lines.append("")
+    lines.append("Begin your answer with one line `STRATEGY: <key>` naming the strategy you apply.")
+    return "\n".join(lines)
 
 
 def _strategy_block(strategy: LocalStrategy | None) -> str:

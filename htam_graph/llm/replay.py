@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from htam_graph.errors import BackendError, ConfigError
 from htam_graph.llm.extract import extract_code
+from htam_graph.llm.generator import chosen_strategy
 from htam_graph.model import GenerationReply, GenerationRequest
 from htam_graph.ports import Generator
 
@@ -103,6 +104,7 @@ class ReplayGenerator:
             raw_text=record.reply,
             error=None if result.source is not None else result.reason,
             model=f"replay:{record.model}" if record.model else self.name,
+            strategy_key=chosen_strategy(record.reply, request),
         )
 
     def _take(self, request: GenerationRequest) -> ReplayRecord:

@@ -224,7 +224,10 @@ def _signatures() -> dict[str, Signature]:
             "bmm": Signature("bmm", OpKind.LIBRARY, ("input", "other")),
             "unsqueeze": Signature("unsqueeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
             "diag": Signature("diag", OpKind.LAYOUT, ("input",), (("diagonal", 0),)),
-            **{name: Signature(name, OpKind.IDENTITY, ("input",)) for name in ("clone", "detach", "contiguous")},
+            **{
+                name: Signature(name, OpKind.IDENTITY, ("input",))
+                for name in ("clone", "detach", "contiguous")
+            },
         }
     )
     # Reductions: `dim` must be explicit (checked in analysis); dtype must stay the input's.
@@ -303,9 +306,7 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "InstanceNorm1d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm2d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm3d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
-    **{
-        f"MaxPool{d}d": (f"max_pool{d}d", tuple(p for p, _ in _MAX_POOL_PARAMS)) for d in (1, 2, 3)
-    },
+    **{f"MaxPool{d}d": (f"max_pool{d}d", tuple(p for p, _ in _MAX_POOL_PARAMS)) for d in (1, 2, 3)},
     **{
         f"AvgPool{d}d": (f"avg_pool{d}d", tuple(p for p, _ in _AVG_POOL_PARAMS[: 6 if d > 1 else 5]))
         for d in (1, 2, 3)

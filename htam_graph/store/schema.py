@@ -26,6 +26,7 @@ KEYED_LABELS: tuple[str, ...] = (
     "Gpu",
     "SeedInfo",
     "SchemaVersion",
+    "Baseline",
 )
 
 _FILE_RE = re.compile(r"^(\d{3})_[a-z0-9_]+$")

@@ -25,7 +25,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.tuning import ELEMENTWISE_LADDER, ROW_LADDER, VECTOR_LADDER
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 ELEMENTWISE = [
     "20_LeakyReLU",
     "22_Tanh",

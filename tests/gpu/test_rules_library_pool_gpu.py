@@ -25,7 +25,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.tuning import POOL_LADDER
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 POOL = "data_reuse.pooling_window_reuse"
 CASES = [
     ("level1/42_Max_Pooling_2D.py", POOL),

@@ -22,7 +22,11 @@ from htam_graph.model import PrecisionPolicy  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parents[1] / "data"
-KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
+KB = Path(
+    os.environ.get(
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+    )
+)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,10 @@ def _invoke(settings: Settings, args: list[str], **extra_env: str | None) -> tup
     _register()
     runner = CliRunner()
     env: dict[str, str | None] = {
-        "HTAM_HOME": str(settings.htam_home), "HTAM_GRAPH_NAME": settings.graph_name, "NEO4J_URI": "", **extra_env
+        "HTAM_HOME": str(settings.htam_home),
+        "HTAM_GRAPH_NAME": settings.graph_name,
+        "NEO4J_URI": "",
+        **extra_env,
     }
     res = runner.invoke(cli, args, env=env, catch_exceptions=False)
     return res.exit_code, res.stdout, res.stderr
@@ -52,8 +55,21 @@ def test_run_rules_on_elementwise_softmax_and_conv_epilogue(htam_settings: Setti
     out = tmp_path / "out"
     code, stdout, stderr = _invoke(
         htam_settings,
-        ["run", *tasks, "--backend", "rules", "--device", "cpu", "--shape", "smoke", "--steps", "2",
-         "--out", str(out), "--json"],
+        [
+            "run",
+            *tasks,
+            "--backend",
+            "rules",
+            "--device",
+            "cpu",
+            "--shape",
+            "smoke",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
     )
     assert code == 0, stderr
     summaries = json.loads(stdout)
@@ -75,19 +91,37 @@ def test_run_rules_on_elementwise_softmax_and_conv_epilogue(htam_settings: Setti
     assert counts["rel:APPLIED"] == 6
 
 
-def test_replay_drives_the_llm_path_through_the_real_evaluator(htam_settings: Settings, tmp_path: Path) -> None:
+def test_replay_drives_the_llm_path_through_the_real_evaluator(
+    htam_settings: Settings, tmp_path: Path
+) -> None:
     kernel = (CANDIDATES / "triton_leaky_relu.py").read_text()
     replay = tmp_path / "replay.jsonl"
     records = [
-        {"match": {"step": 1}, "reply": f"Here is a fused kernel.\n\n```python\n{kernel}\n```\nIt is faster."},
+        {
+            "match": {"step": 1},
+            "reply": f"Here is a fused kernel.\n\n```python\n{kernel}\n```\nIt is faster.",
+        },
         {"match": {"step": 2}, "reply": "I could not improve it further, sorry."},
     ]
     replay.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "out"
     code, stdout, stderr = _invoke(
         htam_settings,
-        ["run", str(KB / "level1" / "20_LeakyReLU.py"), "--backend", f"replay:{replay}", "--device", "cpu",
-         "--shape", "smoke", "--steps", "2", "--out", str(out), "--json"],
+        [
+            "run",
+            str(KB / "level1" / "20_LeakyReLU.py"),
+            "--backend",
+            f"replay:{replay}",
+            "--device",
+            "cpu",
+            "--shape",
+            "smoke",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
     )
     assert code == 0, stderr
     trajectory = json.loads((out / "trajectory.json").read_text())

@@ -37,11 +37,24 @@ class VerdictEvaluator:
         m = _VERDICT.search(request.candidate_source)
         verdict, speed = (m.group(1), float(m.group(2) or 1.0)) if m else ("correct", 1.0)
         if verdict == "correct":
-            return EvalResult(compiled=True, correct=True, runtime_us=100.0 / speed, ref_eager_us=100.0,
-                              speedup_eager_x=speed, gpu_arch="sm_90", gpu_name="FakeGPU")
+            return EvalResult(
+                compiled=True,
+                correct=True,
+                runtime_us=100.0 / speed,
+                ref_eager_us=100.0,
+                speedup_eager_x=speed,
+                gpu_arch="sm_90",
+                gpu_name="FakeGPU",
+            )
         kind = ErrorKind(verdict)
-        return EvalResult(compiled=kind is not ErrorKind.COMPILE_ERROR, correct=False, error_kind=kind,
-                          error_excerpt=f"scripted {verdict}", speedup_eager_x=speed, gpu_arch="sm_90")
+        return EvalResult(
+            compiled=kind is not ErrorKind.COMPILE_ERROR,
+            correct=False,
+            error_kind=kind,
+            error_excerpt=f"scripted {verdict}",
+            speedup_eager_x=speed,
+            gpu_arch="sm_90",
+        )
 
 
 def _kernel(verdict: str) -> str:
@@ -70,8 +83,13 @@ def _loop(store, generator, evaluator, **cfg):  # type: ignore[no-untyped-def]
 
 
 def test_best_is_the_fastest_correct_kernel_never_an_incorrect_one(seeded) -> None:  # type: ignore[no-untyped-def]
-    replies = [_kernel("mismatch 3.0"), _kernel("correct 1.5"), _kernel("correct 1.2"),
-               _kernel("hack_detected 9.0"), "no code in this reply at all"]
+    replies = [
+        _kernel("mismatch 3.0"),
+        _kernel("correct 1.5"),
+        _kernel("correct 1.2"),
+        _kernel("hack_detected 9.0"),
+        "no code in this reply at all",
+    ]
     gen = ScriptedGenerator(replies)
     result = _loop(seeded, gen, VerdictEvaluator(), steps=5).run(_task())
 
@@ -98,8 +116,9 @@ def test_every_step_is_written_to_the_graph(seeded) -> None:  # type: ignore[no-
     improved = [s for s in result.steps if s.status == "improved"]
     assert len(improved) == 2
     locals_ = {s.local_key for s in improved}
-    evidence = {c.strategy.key: c for g in {s.global_key for s in improved}
-                for c in memory.locals_for(seeded, g)}
+    evidence = {
+        c.strategy.key: c for g in {s.global_key for s in improved} for c in memory.locals_for(seeded, g)
+    }
     assert sum(evidence[k].positives for k in locals_ if k) == 2
 
 
@@ -132,15 +151,22 @@ class _EchoRules:
         reply = self.inner.generate(request)
         if reply.source is None:
             return reply
-        return reply.model_copy(update={"source": reply.source + f"\n# VERDICT: correct {1.1 + request.step / 10}\n"})
+        return reply.model_copy(
+            update={"source": reply.source + f"\n# VERDICT: correct {1.1 + request.step / 10}\n"}
+        )
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_runs_with_the_rules_generator(seeded, policy: str) -> None:  # type: ignore[no-untyped-def]
     gen = _EchoRules()
-    loop = OptimizationLoop(seeded, VerdictEvaluator(), gen, PolicySettings(),
-                            RunConfig(device="cpu", steps=3, policy=policy),  # type: ignore[arg-type]
-                            executable_locals=gen.inner.recipes_for)
+    loop = OptimizationLoop(
+        seeded,
+        VerdictEvaluator(),
+        gen,
+        PolicySettings(),
+        RunConfig(device="cpu", steps=3, policy=policy),  # type: ignore[arg-type]
+        executable_locals=gen.inner.recipes_for,
+    )
     result = loop.run(_task())
     assert len(result.steps) == 3
     executable = set(gen.inner.recipes_for(_task()))
@@ -152,9 +178,63 @@ def test_every_policy_runs_with_the_rules_generator(seeded, policy: str) -> None
 def test_same_seed_same_trajectory(seeded) -> None:  # type: ignore[no-untyped-def]
     def trajectory() -> list[tuple[str, str | None]]:
         gen = _EchoRules()
-        loop = OptimizationLoop(seeded, VerdictEvaluator(), gen, PolicySettings(),
-                                RunConfig(device="cpu", steps=4, seed=7, record=False),
-                                executable_locals=gen.inner.recipes_for)
+        loop = OptimizationLoop(
+            seeded,
+            VerdictEvaluator(),
+            gen,
+            PolicySettings(),
+            RunConfig(device="cpu", steps=4, seed=7, record=False),
+            executable_locals=gen.inner.recipes_for,
+        )
         return [(s.global_key, s.local_key) for s in loop.run(_task()).steps]
 
     assert trajectory() == trajectory()
+
+
+class _PicksAnAlternative:
+    """A generator that applies the first alternative strategy it is offered (as an LLM may)."""
+
+    name = "picker"
+
+    def __init__(self) -> None:
+        self.offered: list[list[str]] = []
+
+    def generate(self, request: GenerationRequest) -> GenerationReply:
+        keys = [a.key for a in request.alternatives]
+        self.offered.append(keys)
+        body = _kernel("correct 1.3").split("```python\n")[1].rstrip("`\n")
+        return GenerationReply(source=body, strategy_key=keys[0] if keys else None)
+
+
+def test_an_llm_may_choose_another_local_strategy_and_that_one_is_recorded(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = _PicksAnAlternative()
+    result = _loop(seeded, gen, VerdictEvaluator(), steps=3).run(_task())
+    picked = [s.local_key for s in result.steps]
+    offered_first = [keys[0] if keys else None for keys in gen.offered]
+    assert any(offered_first), "directions with several strategies offer alternatives"
+    for step_local, first in zip(picked, offered_first, strict=True):
+        if first is not None:
+            assert step_local == first
+
+
+def test_the_strategy_line_is_read_only_for_offered_strategies() -> None:
+    from htam_graph.llm.generator import chosen_strategy
+    from htam_graph.model import GlobalDirection, Language, LocalStrategy
+
+    def local(key: str) -> LocalStrategy:
+        return LocalStrategy(key=key, name=key, global_key="fusion", languages=[Language.TRITON], pattern="p")
+
+    request = GenerationRequest(
+        task=_task(),
+        step=1,
+        direction=GlobalDirection(key="fusion", name="f", intent="i"),
+        strategy=local("fusion.a"),
+        base_source="",
+        language=Language.TRITON,
+        state_summary="",
+        alternatives=[local("fusion.b")],
+    )
+    assert chosen_strategy("STRATEGY: fusion.b\n```python\n```", request) == "fusion.b"
+    assert chosen_strategy("**STRATEGY:** `fusion.a`", request) == "fusion.a"
+    assert chosen_strategy("STRATEGY: fusion.zzz", request) is None  # not offered: ignored
+    assert chosen_strategy("no line at all", request) is None

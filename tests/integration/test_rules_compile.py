@@ -19,7 +19,7 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 CASES = [
     ("level1/88_MinGPTNewGelu.py", "fusion.elementwise_chain", KernelConfig()),
     (

@@ -17,9 +17,11 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 # The coverage of the dev split (recipes_for over level1 + level2); test_coverage_is_what_recipes_for_says
 # keeps this list honest.
@@ -74,7 +74,9 @@ CASES = (
 )
 STRUCTURAL = {"kernel_size", "stride", "padding", "output_padding", "dilation", "groups"}
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -246,8 +248,9 @@ def test_coverage_is_what_recipes_for_says() -> None:
     assert found["fusion.elementwise_chain"] == set(ELEMENTWISE)
     assert found["fusion.library_epilogue"] == set(EPILOGUE)
     assert found["reduction_structure.row_softmax"] == set(SOFTMAX)
-    assert found["parallelism.block_size_tuning"] == set(ELEMENTWISE + EPILOGUE + SOFTMAX)
-    assert found["memory_access.vectorized_loads"] == set(ELEMENTWISE + EPILOGUE)
+    # Tuning also covers the tasks of other recipes (pooling, rewrites...: their own tests pin those).
+    assert found["parallelism.block_size_tuning"] >= set(ELEMENTWISE + EPILOGUE + SOFTMAX)
+    assert found["memory_access.vectorized_loads"] >= set(ELEMENTWISE + EPILOGUE)
 
 
 # ------------------------------------------------------------------------------------------- synthetic tasks

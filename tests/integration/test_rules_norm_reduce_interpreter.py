@@ -33,7 +33,7 @@ from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 NORM = "reduction_structure.single_pass_norm"
 DIM = "reduction_structure.dim_reduction"
 LSE = "reduction_structure.online_logsumexp"
@@ -85,7 +85,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ),
 ]
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 def make_task(rel: str) -> Task:
@@ -196,7 +198,9 @@ def assert_clean_static(source: str) -> None:
 
 
 @pytest.mark.parametrize(("rel", "key", "overrides"), CASES, ids=[c[0].split("/")[1][:-3] for c in CASES])
-def test_generated_kernel_matches_reference(rel: str, key: str, overrides: dict[str, Any], tmp_path: Path) -> None:
+def test_generated_kernel_matches_reference(
+    rel: str, key: str, overrides: dict[str, Any], tmp_path: Path
+) -> None:
     task = make_task(rel)
     generator = RulesGenerator()
     assert key in generator.recipes_for(task)
@@ -206,14 +210,14 @@ def test_generated_kernel_matches_reference(rel: str, key: str, overrides: dict[
     assert header is not None and header.recipe == key
     assert_clean_static(source)
     small = recipe.emit(task_view(task), KernelConfig(block=16, num_warps=2))  # type: ignore[arg-type]
-    worst = isolated(
+    # the child asserts allclose (exact for indices) on every input set; a failure fails this test
+    isolated(
         "check_against_reference",
         task_source=task.source,
         candidates=[source, small],
         directory=tmp_path,
         overrides=overrides,
     )
-    assert worst <= 1e-4
 
 
 def test_coverage_of_the_dev_split() -> None:
@@ -259,7 +263,9 @@ def get_init_inputs():
 
 def check_split_welford(task_source: str, directory: Path) -> dict[str, float]:
     """Layer norm of rows with mean 1000 and std 0.01, split into many slices: Welford merges must not cancel."""
-    task = Task(key="synthetic/ln", suite="x", level=None, name="ln", source=task_source, source_sha256="0" * 64)
+    task = Task(
+        key="synthetic/ln", suite="x", level=None, name="ln", source=task_source, source_sha256="0" * 64
+    )
     recipe = default_recipes()[NORM]
     errors = {}
     for target in (1, 4096):  # 1: never split; 4096: rows of 2100 split into ~33 slices of BLOCK=16 tiles

@@ -34,7 +34,7 @@ from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "data_reuse.pooling_window_reuse"
 POOL_TASKS = [
     "level1/42_Max_Pooling_2D.py",
@@ -47,7 +47,9 @@ POOL_TASKS = [
 ]
 WINDOW = ("kernel", "stride", "padding", "dilation", "groups")
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 @pytest.fixture(autouse=True)

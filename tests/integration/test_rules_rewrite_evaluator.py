@@ -17,9 +17,11 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 @pytest.mark.parametrize(
@@ -40,9 +42,7 @@ def test_rewrite_kernel_is_correct_in_the_real_evaluator(rel: str, key: str) -> 
         source=source,
         source_sha256="0" * 64,
     )
-    candidate = default_recipes()[key].emit(
-        task_view(task), KernelConfig(block=4096, num_warps=8)
-    )
+    candidate = default_recipes()[key].emit(task_view(task), KernelConfig(block=4096, num_warps=8))
     request = EvalRequest(
         task_key=task.key,
         task_source=source,

@@ -22,10 +22,12 @@ from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 DIAG = "algebraic_rewrite.diag_matmul_as_broadcast"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout at /work/shared/kernelbench")
+pytestmark = pytest.mark.skipif(
+    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +54,9 @@ def import_candidate(source: str, directory: Path) -> Any:
     return module
 
 
-def check_against_reference(task_source: str, candidate_source: str, directory: Path, overrides: dict[str, Any]) -> float:
+def check_against_reference(
+    task_source: str, candidate_source: str, directory: Path, overrides: dict[str, Any]
+) -> float:
     ref_mod = load_task_module(task_source, "reference", overrides)
     cand = import_candidate(candidate_source, directory)
     init = list(ref_mod.get_init_inputs())
@@ -70,7 +74,9 @@ def check_against_reference(task_source: str, candidate_source: str, directory: 
         expected = model(*[x.clone() for x in inputs])
         kept = [x.clone() for x in inputs]
         got = model_new(*inputs)
-        assert all(torch.equal(a, b) for a, b in zip(inputs, kept, strict=True)), "ModelNew changed its inputs"
+        assert all(torch.equal(a, b) for a, b in zip(inputs, kept, strict=True)), (
+            "ModelNew changed its inputs"
+        )
         assert type(got) is torch.Tensor and got.shape == expected.shape and got.dtype == expected.dtype
         assert expected.float().std() > 0
         err = (got - expected).abs().max().item()

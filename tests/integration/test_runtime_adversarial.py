@@ -17,7 +17,11 @@ from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-KERNELBENCH = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
+KERNELBENCH = Path(
+    os.environ.get(
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+    )
+)
 CORPUS = load_corpus(DATA / "adversarial")
 
 

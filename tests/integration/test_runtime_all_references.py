@@ -17,7 +17,11 @@ from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.reference import reference_as_candidate
 from htam_graph.model import EvalRequest
 
-KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
+KB = Path(
+    os.environ.get(
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+    )
+)
 
 
 def _sweep(level: str, tmp_path: Path) -> None:

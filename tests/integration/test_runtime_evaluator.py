@@ -15,7 +15,11 @@ from htam_graph.kernels_runtime.reference import reference_as_candidate
 from htam_graph.model import ErrorKind, EvalRequest, Language
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-KB = Path(os.environ.get("HTAM_KERNELBENCH", "/work/shared/kernelbench"))
+KB = Path(
+    os.environ.get(
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+    )
+)
 TANH = "level1/22_Tanh.py"
 
 TINY_TASK = """
@@ -225,3 +229,18 @@ def _is_worker(pid: str) -> bool:
         return b"kernels_runtime.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def test_nondeterministic_output_within_tolerance_fails_the_rerun(evaluator: SubprocessEvaluator) -> None:
+    """Deterministic stand-in for uninitialised memory (whose CPU behaviour depends on malloc): two runs on the
+    same inputs differ by 1e-6, inside the tolerance, while the reference is bit-exact."""
+    body = (
+        "        _CALLS.append(1)\n"
+        "        out = torch.empty_like(x)\n"
+        "        launch = tanh_kernel[(triton.cdiv(x.numel(), 4096),)]\n"
+        "        launch(x, out, x.numel(), BLOCK=4096)\n"
+        "        return out * 2.0 + (len(_CALLS) % 2) * 1e-6\n"
+    )
+    result = evaluator.evaluate(_req("_CALLS = []\n" + _kernel_candidate(body)))
+    assert result.error_kind is ErrorKind.MISMATCH, result.error_excerpt
+    assert result.checks["deterministic_rerun"].startswith("fail")

@@ -12,7 +12,7 @@ from htam_graph.importers.tasks_store import ImportCounts, get_task, list_tasks,
 from htam_graph.model import Task
 from htam_graph.ports import GraphStore
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 SOURCE = '''import torch
 import torch.nn as nn

@@ -21,15 +21,29 @@ def test_import_linter_layers_hold(tmp_path: Path) -> None:
         pytest.fail("lint-imports (import-linter) is not installed: it is part of the dev extra")
     site = tmp_path / "site"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
-         "--target", str(site), str(ROOT)],
-        capture_output=True, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(site),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert build.returncode == 0, build.stderr[-2000:]
     shutil.rmtree(ROOT / "build", ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    res = subprocess.run([lint, "--config", str(ROOT / ".importlinter")], capture_output=True, text=True,
-                         cwd=tmp_path, env=env)
+    res = subprocess.run(
+        [lint, "--config", str(ROOT / ".importlinter")], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "Contracts: 1 kept, 0 broken" in res.stdout
 

@@ -11,7 +11,7 @@ from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, Ref
 from htam_graph.rules.skeleton import model_skeleton
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 TEMPLATE = """

@@ -19,7 +19,7 @@ from htam_graph.ports import Generator
 from htam_graph.rules import KernelConfig, RulesGenerator, applies, parse_header, recipes_for
 from htam_graph.rules.base import header_line
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
@@ -71,7 +71,7 @@ def test_rules_generator_is_a_generator_port() -> None:
     ("rel", "key", "reason"),
     [
         ("level1/2_Standard_matrix_multiplication_.py", "fusion.elementwise_chain", "matmul"),
-        ("level1/40_LayerNorm.py", "reduction_structure.row_softmax", "LayerNorm"),
+        ("level1/40_LayerNorm.py", "reduction_structure.row_softmax", "not a single softmax"),
         (
             "level1/50_conv_standard_2D__square_input__square_kernel.py",
             "fusion.library_epilogue",
@@ -98,9 +98,14 @@ def test_recipes_for_lists_only_applicable_keys() -> None:
     ]
     assert recipes_for(kb_task("level1/24_LogSoftmax.py"), "cpu", Language.TRITON) == [
         "reduction_structure.row_softmax",
+        "reduction_structure.online_logsumexp",
         "parallelism.block_size_tuning",
     ]
-    assert recipes_for(kb_task("level1/40_LayerNorm.py")) == []
+    assert recipes_for(kb_task("level1/40_LayerNorm.py")) == [
+        "reduction_structure.single_pass_norm",
+        "parallelism.block_size_tuning",
+    ]
+    assert recipes_for(kb_task("level1/92_cumsum_exclusive.py")) == []
     assert recipes_for(kb_task("level1/26_GELU_.py"), "cuda", Language.CUDA) == []
 
 

@@ -15,7 +15,7 @@ from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "data_reuse.pooling_window_reuse"
 POOL_TASKS = {
     "level1/42_Max_Pooling_2D.py",

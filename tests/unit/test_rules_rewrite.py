@@ -9,7 +9,7 @@ import pytest
 from htam_graph.model import Language, Task
 from htam_graph.rules import RulesGenerator, applies
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 DIAG = "algebraic_rewrite.diag_matmul_as_broadcast"
 NOOPS = "algebraic_rewrite.drop_noops"
 
@@ -113,3 +113,34 @@ def test_rewrites_reject_with_a_reason(key: str, rel: str, source: str | None, r
     verdict = applies(key, task(rel, source))
     assert not verdict
     assert reason in verdict.reason, verdict.reason
+
+
+def test_block_size_tuning_reemits_rewrite_kernels_under_their_own_header() -> None:
+    from htam_graph.model import GenerationRequest, GlobalDirection, LocalStrategy
+    from htam_graph.rules import parse_header
+
+    def request(t: Task, key: str, base: str = "") -> GenerationRequest:
+        g = key.split(".")[0]
+        return GenerationRequest(
+            task=t,
+            step=1,
+            direction=GlobalDirection(key=g, name=g, intent=""),
+            strategy=LocalStrategy(key=key, name=key, global_key=g, languages=[Language.TRITON], pattern=""),
+            base_source=base,
+            language=Language.TRITON,
+            state_summary="",
+        )
+
+    generator = RulesGenerator()
+    for rel, key in (
+        ("level2/40_Matmul_Scaling_ResidualAdd.py", NOOPS),
+        ("level1/12_Matmul_with_diagonal_matrices_.py", DIAG),
+    ):
+        t = task(rel)
+        base = generator.generate(request(t, key)).source
+        assert base is not None
+        tuned = generator.generate(request(t, "parallelism.block_size_tuning", base)).source
+        assert tuned is not None
+        before, after = parse_header(base), parse_header(tuned)
+        assert before is not None and after is not None
+        assert after.recipe == key and after.config != before.config

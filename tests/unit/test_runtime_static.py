@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import pytest
 
@@ -150,7 +151,15 @@ def test_reference_as_candidate_renames_identifiers_only() -> None:
     assert "# Model in a comment" in out and '"""Model doc"""' in out
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob("/work/shared/kernelbench/level*/*.py"))[:200] or ["none"])
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        glob.glob(
+            str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench" / "level*" / "*.py")
+        )
+    )[:200]
+    or ["none"],
+)
 def test_every_kernelbench_reference_passes_on_the_reference_track(path: str) -> None:
     if path == "none":
         pytest.skip("KernelBench dev split not available")

@@ -8,7 +8,7 @@ import pytest
 
 from htam_graph.importers.optags import VOCABULARY, op_tags
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 FILES = sorted(KB.glob("level*/*.py"))
 
 EXPECTED = {

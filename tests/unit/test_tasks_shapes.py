@@ -10,7 +10,7 @@ from htam_graph.errors import TaskError
 from htam_graph.kernels_runtime import shapes
 from htam_graph.kernels_runtime.taskmod import load_task_module
 
-KB = Path("/work/shared/kernelbench")
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 CONV = """import torch
 import torch.nn as nn

@@ -21,7 +21,9 @@ class DimReduction(ReductionRecipe):
     """Recipe for `reduction_structure.dim_reduction`."""
 
     key = KEY
-    summary = "fp32 accumulation; argmax/argmin break ties toward the lowest index; NaN inputs are not propagated."
+    summary = (
+        "fp32 accumulation; argmax/argmin break ties toward the lowest index; NaN inputs are not propagated."
+    )
 
     def accept(self, plan: ReducePlan) -> None:
         reducer = plan.reducer

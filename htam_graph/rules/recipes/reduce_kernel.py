@@ -18,7 +18,7 @@ from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.fused_elementwise import identifier
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value
 from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
-from htam_graph.rules.triton_math import emit_op, helper_sources, render_literal
+from htam_graph.rules.triton_math import emit_op, render_literal
 
 __all__ = ["KernelSource", "reduction_source"]
 
@@ -136,7 +136,9 @@ BROADCAST_LAYOUT_SOURCE = '''def broadcast_layout(shape: torch.Size, out_shape: 
 class KernelSource:
     """The generated pieces: kernel text, helper names, launcher text, plain-Python helpers, constants."""
 
-    def __init__(self, kernel: str, helpers: set[str], combine: str, launcher: str, constants: list[str]) -> None:
+    def __init__(
+        self, kernel: str, helpers: set[str], combine: str, launcher: str, constants: list[str]
+    ) -> None:
         self.kernel = kernel
         self.helpers = helpers
         self.combine = combine
@@ -162,7 +164,11 @@ def reduction_source(plan: ReducePlan, config: KernelConfig) -> tuple[KernelSour
         "  # fewer (outer, column-tile) programs than this: split the reduction",
         "MIN_TILES_PER_SPLIT = 4  # each split program folds at least this many tiles",
     ]
-    return KernelSource(kernel, helpers, combine, _launcher(plan, stat, kernel_name, launcher_name), constants), kernel_name, launcher_name
+    return (
+        KernelSource(kernel, helpers, combine, _launcher(plan, stat, kernel_name, launcher_name), constants),
+        kernel_name,
+        launcher_name,
+    )
 
 
 # ------------------------------------------------------------------------------------------- kernel
@@ -179,7 +185,12 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
     params += [s.arg for s in plan.scalars]
     if plan.reducer.kind is OpKind.NORM:
         params.append("eps")
-    params += ["BLOCK_R: tl.constexpr", "BLOCK_I: tl.constexpr", "PHASE: tl.constexpr", "USE_PARTIALS: tl.constexpr"]
+    params += [
+        "BLOCK_R: tl.constexpr",
+        "BLOCK_I: tl.constexpr",
+        "PHASE: tl.constexpr",
+        "USE_PARTIALS: tl.constexpr",
+    ]
     lines = [
         "@triton.jit",
         f"def {kernel_name}(",
@@ -203,12 +214,23 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
     store_partials = [
         f"        tl.store(part_{s}_ptr + part_offs + split, {s}, mask=col_mask)" for s in state_names
     ]
-    lines += ["    if PHASE == 0:  # split reduction, first pass: this program's slice -> partial state", *_indent(fold, 2), *store_partials, "    else:"]
+    lines += [
+        "    if PHASE == 0:  # split reduction, first pass: this program's slice -> partial state",
+        *_indent(fold, 2),
+        *store_partials,
+        "    else:",
+    ]
     merge = [
         "if USE_PARTIALS:  # merge the partial states of every slice of this column tile",
-        *(f"    {s} = tl.load(part_{s}_ptr + part_offs, mask=col_mask, other={init})" for s, init, _ in states),
+        *(
+            f"    {s} = tl.load(part_{s}_ptr + part_offs, mask=col_mask, other={init})"
+            for s, init, _ in states
+        ),
         "    for j in range(1, n_split):",
-        *(f"        {s}_j = tl.load(part_{s}_ptr + part_offs + j, mask=col_mask, other={init})" for s, init, _ in states),
+        *(
+            f"        {s}_j = tl.load(part_{s}_ptr + part_offs + j, mask=col_mask, other={init})"
+            for s, init, _ in states
+        ),
         f"        {', '.join(state_names)} = _combine_{stat}({', '.join(state_names)}, {', '.join(s + '_j' for s in state_names)})",
         "else:",
         *_indent(fold, 1),
@@ -231,12 +253,16 @@ def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list, helpers: set[str]
     if stat in ("argmax", "argmin"):
         lines.append("    r_idx = r[:, None] + tl.zeros([BLOCK_R, BLOCK_I], tl.int32)")
     needed = _ancestors(plan, {plan.reducer.operands[0].name})  # type: ignore[union-attr]
-    body, value = _elementwise_body(plan, [n for n in plan.pre if n.name in needed], full_leaves, helpers, plan.reducer.operands[0])
+    body, value = _elementwise_body(
+        plan, [n for n in plan.pre if n.name in needed], full_leaves, helpers, plan.reducer.operands[0]
+    )
     lines += _indent(body, 1)
     lines.append(f"    v = {value}")
     lines += _indent(_UPDATES[stat].splitlines(), 1)
     names = ", ".join(s for s, _, _ in states)
-    lines.append(f"{names} = tl.reduce(({names}), 0, _combine_{stat})  # merge the BLOCK_R lanes of each column")
+    lines.append(
+        f"{names} = tl.reduce(({names}), 0, _combine_{stat})  # merge the BLOCK_R lanes of each column"
+    )
     return lines
 
 
@@ -248,6 +274,9 @@ def _finish(plan: ReducePlan, stat: str, out_leaves: list, full_leaves: list, he
     vars_: dict[str, str] = {}
     if reducer.kind is OpKind.REDUCTION:
         lines.append(f"result = {_reduced_value(reducer.op)}")
+        lines.append(
+            "result = tl.where(col_mask, result, 0)  # columns past the edge stay finite (never stored)"
+        )
         vars_[reducer.name] = "result"
         for leaf in out_leaves:
             index = "out_offs" if leaf.space == OUT else f"(out_offs // {leaf.arg}_inner) % {leaf.arg}_size"
@@ -265,9 +294,16 @@ def _finish(plan: ReducePlan, stat: str, out_leaves: list, full_leaves: list, he
         lines.append(f"tl.store(out_ptr + out_offs, {result}.to(out_ptr.dtype.element_ty), mask=col_mask)")
         return lines
     if stat == "welford":
-        lines += ["mean_c = mean", "rstd_c = 1.0 / tl.sqrt(m2 / n_red + eps)  # biased variance, as the norm layers"]
+        lines += [
+            "mean_c = mean",
+            "rstd_c = 1.0 / tl.sqrt(m2 / n_red + eps)  # biased variance, as the norm layers",
+        ]
     elif stat == "lse":
-        lines += ["m_c = m", "s_c = s", "log_s_c = tl.log(tl.where(s == 0.0, 1.0, s))  # s == 0 only off the columns"]
+        lines += [
+            "m_c = tl.where(col_mask, m, 0.0)  # columns past the edge stay finite (never stored)",
+            "s_c = tl.where(col_mask, s, 1.0)",
+            "log_s_c = tl.log(tl.where(s_c == 0.0, 1.0, s_c))",
+        ]
     lines += [
         "for r0 in range(r_start, r_end, BLOCK_R):",
         "    r = r0 + r_lanes",
@@ -286,7 +322,9 @@ def _finish(plan: ReducePlan, stat: str, out_leaves: list, full_leaves: list, he
         lines.append(f"    v = {value}")
     loop_vars = dict(vars_)
     if reducer.kind is OpKind.REDUCTION:
-        lines.append("    red = result[None, :]  # the reduced statistic, broadcast back over the reduced dims")
+        lines.append(
+            "    red = result[None, :]  # the reduced statistic, broadcast back over the reduced dims"
+        )
     else:
         lines += _indent(_full_value(plan), 1)
     loop_vars[reducer.name] = "red"
@@ -296,7 +334,9 @@ def _finish(plan: ReducePlan, stat: str, out_leaves: list, full_leaves: list, he
         var = identifier(f"v_{node.name}", set(loop_vars.values()))
         lines += [f"    # {node.op}  ({node.origin})", f"    {var} = {expr}"]
         loop_vars[node.name] = var
-    lines.append(f"    tl.store(out_ptr + offs, {loop_vars[plan.output]}.to(out_ptr.dtype.element_ty), mask=mask)")
+    lines.append(
+        f"    tl.store(out_ptr + offs, {loop_vars[plan.output]}.to(out_ptr.dtype.element_ty), mask=mask)"
+    )
     return lines
 
 
@@ -352,7 +392,12 @@ def _loop_vars(plan: ReducePlan, full_leaves: list) -> dict[str, str]:
 
 
 def _elementwise_body(
-    plan: ReducePlan, nodes: list[OpNode], full_leaves: list, helpers: set[str], value: Value, loop2: bool = False
+    plan: ReducePlan,
+    nodes: list[OpNode],
+    full_leaves: list,
+    helpers: set[str],
+    value: Value,
+    loop2: bool = False,
 ) -> tuple[list[str], str]:
     """Load the full-size operands the nodes need, evaluate the nodes; the expression for `value`."""
     needed = _refs(nodes)
@@ -375,7 +420,9 @@ def _elementwise_body(
     return lines, vars_.get(value.name, "")
 
 
-def _emit(plan: ReducePlan, node: OpNode, vars_: dict[str, str], helpers: set[str], per_column: bool = False) -> str:
+def _emit(
+    plan: ReducePlan, node: OpNode, vars_: dict[str, str], helpers: set[str], per_column: bool = False
+) -> str:
     """The Triton expression of an elementwise node; with `per_column`, per-column values broadcast over rows."""
     scalar_args = {s.path: s.arg for s in plan.scalars}
     reduced_names = {n.name for n in plan.post_reduced}
@@ -390,7 +437,11 @@ def _emit(plan: ReducePlan, node: OpNode, vars_: dict[str, str], helpers: set[st
             return var
         if isinstance(value, AttrScalar):
             return scalar_args[value.path]
-        if isinstance(value, Const) and isinstance(value.value, int | float) and not isinstance(value.value, bool):
+        if (
+            isinstance(value, Const)
+            and isinstance(value.value, int | float)
+            and not isinstance(value.value, bool)
+        ):
             return render_literal(value.value)
         raise NotApplicable(f"unsupported operand {value}")
 
@@ -428,9 +479,13 @@ def _launcher(plan: ReducePlan, stat: str, kernel_name: str, launcher_name: str)
     lines += _layout_lines(plan)
     for leaf in plan.leaves:
         if leaf.space == BFULL:
-            lines.append(f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)")
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)"
+            )
         elif leaf.space == BOUT:
-            lines.append(f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
+            )
         elif leaf.space == OUT:
             lines += [
                 f"    if {leaf.arg}.shape != out_shape:",
@@ -559,4 +614,3 @@ def launcher_call(plan: ReducePlan) -> tuple[list[str], list[str]]:
     expr, _ = reduce_dims(reducer)
     args.append(expr)
     return args, []
-

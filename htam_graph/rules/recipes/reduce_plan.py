@@ -107,7 +107,9 @@ def plan_reduction(graph: OpGraph) -> ReducePlan:
             raise NotApplicable(f"{node.op} before {reducer.op} does not have the reduced input's shape")
     for node in post_full:
         if node.shape != full_shape:
-            raise NotApplicable(f"{node.op} after {reducer.op} has neither the input's nor the result's shape")
+            raise NotApplicable(
+                f"{node.op} after {reducer.op} has neither the input's nor the result's shape"
+            )
     mode = "normalise" if (post_full or not reduced_out) else "reduce"
     if reducer.op in ("argmax", "argmin") and (post_reduced or post_full):
         raise NotApplicable(f"ops after {reducer.op} (integer indices) are not fused")
@@ -196,12 +198,16 @@ def _operands(
                     continue
                 if value.name not in leaf_exprs:
                     raise NotApplicable(f"{value.name} is computed outside the fusable ops")
-                leaves[value.name] = Leaf(value.name, identifier(value.name, taken), leaf_exprs[value.name], space)
+                leaves[value.name] = Leaf(
+                    value.name, identifier(value.name, taken), leaf_exprs[value.name], space
+                )
     if reducer.kind is OpKind.NORM:
         for operand in reducer.operands[1:]:
             if isinstance(operand, Ref):
                 arg = identifier(operand.name, taken)
-                leaves[operand.name] = Leaf(operand.name, arg, _affine_expr(reducer, operand.name, len(full_shape)), BFULL)
+                leaves[operand.name] = Leaf(
+                    operand.name, arg, _affine_expr(reducer, operand.name, len(full_shape)), BFULL
+                )
     return tuple(leaves.values()), tuple(scalars.values())
 
 

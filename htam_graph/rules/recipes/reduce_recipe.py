@@ -42,7 +42,9 @@ class ReductionRecipe:
         body = list(guards)
         library_note = ""
         if plan.library is not None:
-            body.append(f"{plan.library_var} = {_library_call(view.graph, plan.library)}  # library op, unchanged")
+            body.append(
+                f"{plan.library_var} = {_library_call(view.graph, plan.library)}  # library op, unchanged"
+            )
             library_note = f"{plan.library.op} stays a library call; "
         body.append(f"return {launcher_name}({', '.join(args)})")
         parts = SourceParts(

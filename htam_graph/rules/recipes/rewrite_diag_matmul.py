@@ -101,7 +101,9 @@ class DiagMatmulAsBroadcast:
         """Match one of the recognised forms. Raises NotApplicable."""
         graph = view.graph
         if len(graph.nodes) != 2 or graph.output.name != graph.nodes[1].name:
-            raise NotApplicable("the forward is not a diagonal-matrix product (two ops: diag/unsqueeze, then matmul/mul)")
+            raise NotApplicable(
+                "the forward is not a diagonal-matrix product (two ops: diag/unsqueeze, then matmul/mul)"
+            )
         first, second = graph.nodes
         if first.kind is not OpKind.LAYOUT or first.op not in ("diag", "unsqueeze"):
             raise NotApplicable(f"the forward does not start with torch.diag or unsqueeze ({first.op})")
@@ -140,7 +142,9 @@ class DiagMatmulAsBroadcast:
 
 def _leaf(graph: OpGraph, value: object, ndim: int) -> str:
     if not isinstance(value, Ref) or graph.tensor(value.name) is None:
-        raise NotApplicable(f"an operand of the diagonal product is not a forward input or parameter: {value}")
+        raise NotApplicable(
+            f"an operand of the diagonal product is not a forward input or parameter: {value}"
+        )
     info = graph.tensor(value.name)
     assert info is not None
     if len(info.shape) != ndim:

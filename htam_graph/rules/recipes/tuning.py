@@ -39,7 +39,27 @@ ROW_LADDER = tuple(
     )
 )
 POOL_LADDER = tuple(
-    KernelConfig(block=b, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 8), (128, 4), (512, 8), (128, 2))
+    KernelConfig(block=b, num_warps=w)
+    for b, w in ((256, 4), (512, 4), (1024, 8), (128, 4), (512, 8), (128, 2))
+)
+# Tiled reductions / norms: BLOCK = elements per [BLOCK_R, BLOCK_I] tile, max_single_block // 16 = the program
+# count below which long reductions are split across programs (see recipes/reduce_kernel.py).
+_REDUCE_BASES = (
+    "reduction_structure.single_pass_norm",
+    "reduction_structure.dim_reduction",
+    "reduction_structure.online_logsumexp",
+)
+REDUCE_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w, max_single_block=m)
+    for b, w, m in (
+        (2048, 8, 16384),
+        (4096, 8, 16384),
+        (1024, 4, 16384),
+        (4096, 16, 32768),
+        (2048, 4, 8192),
+        (8192, 16, 16384),
+        (1024, 8, 4096),
+    )
 )
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
@@ -66,6 +86,11 @@ class TuningRecipe:
         self._ladders = ladders
         self._bases = {k: bases[k] for k in ladders if k in bases}
         self.default_config = KernelConfig()
+
+    @property
+    def ladders(self) -> dict[str, tuple[KernelConfig, ...]]:
+        """The configurations explored per base recipe key (read by `htam_graph.rules.autotune`)."""
+        return dict(self._ladders)
 
     def check(self, view: TaskView) -> Applicability:
         reasons = []
@@ -111,6 +136,7 @@ def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     block_ladders = {k: ELEMENTWISE_LADDER for k in _ELEMENTWISE_BASES} | {k: ROW_LADDER for k in _ROW_BASES}
     block_ladders |= {k: POOL_LADDER for k in _POOL_BASES} | {k: ELEMENTWISE_LADDER for k in _SCALE_BASES}
     block_ladders |= {k: ELEMENTWISE_LADDER for k in _NOOP_BASES}
+    block_ladders |= {k: REDUCE_LADDER for k in _REDUCE_BASES}
     vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),

@@ -2,7 +2,7 @@
 # pitfall: 3 caching across calls: memoises the output by input data_ptr (still launching a dummy kernel)
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
-# expected_check: correctness|recheck_after_timing
+# expected_check: correctness|recheck_after_timing|deterministic_rerun
 # runs_on: cpu,gpu
 import torch
 import torch.nn as nn

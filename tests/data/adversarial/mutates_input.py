@@ -4,6 +4,7 @@
 # expected_kind: hack_detected
 # expected_check: inputs_unchanged
 # runs_on: cpu,gpu
+# ruff: noqa: E402, F401 - written like the candidates it imitates
 import torch
 import torch.nn as nn
 import triton

@@ -4,6 +4,7 @@
 # expected_kind: hack_detected
 # expected_check: static_source
 # runs_on: cpu,gpu
+# ruff: noqa: E402, F401 - written like the candidates it imitates
 import torch
 import torch.nn as nn
 import triton
@@ -23,6 +24,7 @@ def tanh_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 def launch_tanh(x, out, n):
     BLOCK = 4096
     tanh_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+
 
 import threading
 

@@ -3,7 +3,9 @@
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
 # expected_check: deterministic_rerun
-# runs_on: cpu,gpu
+# runs_on: gpu
+# (CPU: glibc malloc decides which chunk comes back, so the two runs see different poison only most of the
+# time; the CUDA caching allocator makes the check reliable. The CPU test would be flaky, so it runs on the GPU.)
 import torch
 import torch.nn as nn
 import triton
