@@ -5,23 +5,25 @@
 # to resume: results.jsonl makes the bench resumable, the graph home keeps the memory it learned).
 set -u
 name=$1; wall_s=$2; shift 3
-. scripts/device_setup.sh
-export HTAM_HOME=$PWD/.devcarry/$name/home
-mkdir -p .devcarry/$name
+[ -d /tmp/site/htam_graph ] || . scripts/device_setup.sh
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH KB=$PWD/.devcarry/kernelbench PYTHONUNBUFFERED=1
+R=$PWD
+export HTAM_HOME=$R/.devcarry/$name/home
+mkdir -p $R/.devcarry/$name
+cd /tmp  # the checkout's own htam_graph/ folder must not shadow the installed package in worker processes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 start=$(date +%s)
-timeout --signal=INT --kill-after=30 "$wall_s" htam-graph bench "$@" --out .devcarry/$name/bench 2> .devcarry/$name/bench.err
+timeout --signal=INT --kill-after=30 "$wall_s" htam-graph bench "$@" --out $R/.devcarry/$name/bench 2> $R/.devcarry/$name/bench.err
 echo "bench rc=$? after $(( $(date +%s) - start )) s"
 htam-graph db stop >/dev/null 2>&1
-tail -n 5 .devcarry/$name/bench.err
-python3 - "$name" <<'EOF'
+tail -n 5 $R/.devcarry/$name/bench.err
+python3 - "$name" "$R" <<'EOF'
 import json, sys
-rows = [json.loads(l) for l in open(f".devcarry/{sys.argv[1]}/bench/results.jsonl") if l.strip()]
+rows = [json.loads(l) for l in open(f"{sys.argv[2]}/.devcarry/{sys.argv[1]}/bench/results.jsonl") if l.strip()]
 ran = [r for r in rows if r.get("trajectory")]
 print(f"{len(rows)} results, {len(ran)} with steps")
 for r in ran:
     print(f"{r['task']:70s} {r['policy']:8s} {r['status']:7s} eager {r.get('best_speedup_eager_x') or 0:7.3f}x "
           f"compile {r.get('best_speedup_compile_x') or 0:7.3f}x ref={r['best_is_reference']}")
 EOF
-tar czf "$OUT/$name.tgz" -C .devcarry "$name"
-ls -la "$OUT"
+tar czf "$OUT/$name.tgz" -C $R/.devcarry --exclude=home/falkordb.sock "$name"
