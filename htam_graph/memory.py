@@ -30,6 +30,7 @@ from htam_graph.model import (
     AttemptExample,
     AttemptRecord,
     DirectionScore,
+    ErrorKind,
     GlobalDirection,
     LocalStrategy,
     LocalWithEvidence,
@@ -136,6 +137,13 @@ def is_positive(record: AttemptRecord) -> bool:
     )
 
 
+def is_evidence(record: AttemptRecord) -> bool:
+    """Whether the attempt says anything about its strategy. An infrastructure failure (the harness ran out of
+    GPU memory, the worker could not start) is recorded as an Attempt but adds no statistics: it is not the
+    strategy's failure (evaluation.md pitfall 19)."""
+    return record.error_kind is not ErrorKind.INFRA_ERROR
+
+
 def counted_gain(record: AttemptRecord) -> float:
     """The gain added to the sums: the attempt's gain when it is correct and clean, else 0.0."""
     clean = record.correct and record.compiled and record.error_kind is None and record.status != "failed"
@@ -195,11 +203,14 @@ def _record_batch(store: GraphStore, batch: Sequence[AttemptRecord]) -> int:
         return 0
     # Each of the four logical writes is one UNWIND statement over rows pre-aggregated per key.
     store.run("attempt_link", {"rows": [_link_row(r) for r in new]})
-    store.run("memory_global_stats", {"rows": _global_rows(new)})
-    local_rows = _local_rows(new)
+    evidence = [r for r in new if is_evidence(r)]
+    if not evidence:
+        return len(new)
+    store.run("memory_global_stats", {"rows": _global_rows(evidence)})
+    local_rows = _local_rows(evidence)
     if local_rows:
         store.run("memory_local_evidence", {"rows": local_rows})
-    transition_rows = _transition_rows(new)
+    transition_rows = _transition_rows(evidence)
     if transition_rows:
         store.run("memory_transitions", {"rows": transition_rows})
     return len(new)

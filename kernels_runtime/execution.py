@@ -67,6 +67,10 @@ def _is_compile_error(e: BaseException) -> bool:
 
 def classify(e: BaseException) -> ErrorKind:
     """Error kind of an exception raised by candidate code while it ran."""
+    if isinstance(e, torch.OutOfMemoryError):
+        # Out of device memory is classified apart (evaluation.md pitfall 19): with several evaluations
+        # sharing a GPU it says more about the machine than about the candidate.
+        return ErrorKind.INFRA_ERROR
     return ErrorKind.COMPILE_ERROR if _is_compile_error(e) else ErrorKind.RUNTIME_ERROR
 
 
