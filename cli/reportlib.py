@@ -94,7 +94,7 @@ def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
     def seen(key: str) -> str:
         values = {str(c[key])} if c.get(key) not in (None, "") else set()
         if key in runs:
-            values |= {str(v) for v in runs[key].dropna().unique()}
+            values |= {str(v) for v in runs[key].dropna().unique() if str(v)}  # "" = a run that timed nothing
         return ", ".join(sorted(values)) or "-"
 
     return [
@@ -122,7 +122,7 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     cpu = int(bench.runs["timing_on_cpu"].sum())
     if cpu or str(bench.config.get("gpu_name", "")).lower() == "cpu":
         out.append(f"{cpu} run(s) were timed on the CPU: their speedups say nothing about GPU performance.")
-    gpus = bench.runs["gpu_name"].dropna().unique()
+    gpus = [g for g in bench.runs["gpu_name"].dropna().unique() if str(g)]  # "" = a run that timed nothing
     if len(gpus) > 1:
         out.append(f"runs were measured on different GPUs ({', '.join(map(str, gpus))}).")
     beyond = int((bench.runs["sol_fraction"] > 1.0).sum())

@@ -140,8 +140,9 @@ def adversarial(
 ) -> list[dict[str, Any]]:
     """Every corpus file for `device`; `ok` means rejected with the expected kind and one of the expected checks."""
     rows = []
+    corpus_device = "gpu" if device == "cuda" else device  # the corpus headers say `runs_on: cpu,gpu`
     for entry in load_corpus(folder):
-        if device not in entry.runs_on:
+        if corpus_device not in entry.runs_on:
             continue
         req = EvalRequest(
             task_key=entry.task, task_source=(kb / entry.task).read_text(encoding="utf-8"), candidate_source=entry.source,

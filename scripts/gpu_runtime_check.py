@@ -110,7 +110,9 @@ def main() -> int:
     report["section_s"] = timings
     (args.out / "runtime_gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     (args.out / "runtime_gpu_check.md").write_text(selfcheck.summary_markdown(report))
-    adv_ok = all(r["ok"] for r in report.get("adversarial", []))  # type: ignore[union-attr]
+    adv_rows = report.get("adversarial", [])
+    # An empty section proves nothing: it fails the check (seen once: a device-name mismatch skipped every file).
+    adv_ok = bool(adv_rows) and all(r["ok"] for r in adv_rows)  # type: ignore[union-attr]
     good_ok = all(
         r.get("correct", True) for r in report.get("good_candidates", []) if "pre-build" not in r["name"]
     )  # type: ignore[union-attr]
