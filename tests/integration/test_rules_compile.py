@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,26 @@ def kernel_signature(fn_node: ast.FunctionDef, index_64: bool) -> tuple[dict[str
     return signature, constexprs
 
 
+# triton.compile cannot run in a process where TRITON_INTERPRET=1 (the CI sets it for the interpreter tests):
+# there, the compile tests run in a child process without it.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.mark.skipif(not _INTERPRETED, reason="the compile tests run in this process")
+def test_compile_tests_in_a_child_without_the_interpreter() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", __file__],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert f"{len(CASES)} passed" in res.stdout, res.stdout[-2000:]
+
+
+@pytest.mark.skipif(_INTERPRETED, reason="run by test_compile_tests_in_a_child_without_the_interpreter")
 @pytest.mark.parametrize(("rel", "key", "config"), CASES, ids=[c[0].split("/")[1][:-3] for c in CASES])
 def test_generated_kernels_compile_for_sm90(
     rel: str, key: str, config: KernelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
