@@ -241,11 +241,12 @@ def run(
             summaries.append(summary)
             if files:
                 files.finish(result, summary)
-            best = (
-                "the reference (nothing correct was faster)"
-                if result.best_is_reference
-                else (f"step {result.best_step}, {summary['best_speedup_eager_x']:.3f}x over eager")
-            )
+            if result.best_is_reference:
+                best = "the reference (nothing correct was faster)"
+            elif summary["timing_on_cpu"]:
+                best = f"step {result.best_step}, a correct kernel (CPU timings are not speed claims)"
+            else:
+                best = f"step {result.best_step}, {summary['best_speedup_eager_x']:.3f}x over eager"
             console.print(f"  best: {best}; {result.stopped_reason}")
             if result.backend_error is not None:
                 raise result.backend_error  # after the files are written: one line, exit 1
