@@ -16,6 +16,7 @@ from htam_graph.cli.main import _register, cli
 from htam_graph.settings import Settings
 from htam_graph.store import store_session
 from htam_graph.store.embedded import EmbeddedServer
+from htam_graph.store.schema import target_version
 
 _CLEAN_ENV = {"NEO4J_URI": "", "HTAM_HOME": "", "HTAM_CONFIG": "", "HTAM_GRAPH_NAME": ""}
 
@@ -58,11 +59,14 @@ def test_start_status_stop_cycle(home: Path) -> None:
     assert text.exit_code == 0
     for expected in (f"pid:      {info.pid}", f"socket:   {info.socket_path}", f"data dir: {info.data_dir}"):
         assert expected in text.output
-    assert "graph:    cli_graph (3 nodes, schema v1)" in text.output  # 2 globals + the SchemaVersion node
+    version = target_version("falkordb")
+    assert (
+        f"graph:    cli_graph (3 nodes, schema v{version})" in text.output
+    )  # 2 globals + the SchemaVersion node
 
     report = json.loads(_db("--home", str(home), "db", "status", "--json").output)
     assert report["running"] is True and report["pid"] == info.pid
-    assert report["graphs"] == [{"name": "cli_graph", "nodes": 3, "schema_version": 1}]
+    assert report["graphs"] == [{"name": "cli_graph", "nodes": 3, "schema_version": version}]
     assert report["server_version"].startswith("FalkorDB ")
 
     stopped = _db("--home", str(home), "db", "stop")
