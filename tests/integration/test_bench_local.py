@@ -113,7 +113,13 @@ def resumed(bench_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
             proc.kill()
             proc.wait()
     stderr = proc.stderr.read().decode() if proc.stderr else ""
-    leftovers = processes_with_env(f"HTAM_GRAPH_NAME={bench_settings.graph_name}")
+    # Killed process groups take a moment to be torn down by the kernel: they must be gone within 10 s.
+    marker = f"HTAM_GRAPH_NAME={bench_settings.graph_name}"
+    deadline = time.monotonic() + 10.0
+    leftovers = processes_with_env(marker)
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leftovers = processes_with_env(marker)
     after_interrupt = (out / "results.jsonl").read_bytes()
     interrupted_s = time.monotonic() - started
     result = invoke(bench_settings, [*args, "--workers", "2", "--json"])
