@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from htam_graph.errors import TaskError
+from htam_graph.importers.formats import scan_path
 from htam_graph.importers.kernelbench import ScanResult, SkipReason, discover, parse_task
 from htam_graph.importers.tasks_store import ImportCounts, TaskSummary, list_tasks, record_tasks
 from htam_graph.model import Task
@@ -60,8 +61,9 @@ def _scan_with_progress(path: Path, quiet: bool) -> ScanResult:
 @click.option("--json", "as_json", is_flag=True, help="Print the counts and skips as JSON.")
 @click.pass_obj
 def import_cmd(settings: Settings, path: Path, as_json: bool) -> None:
-    """Import the tasks of a KernelBench checkout (any levelN/N_Name.py below PATH) or of one .py file."""
-    scan = _scan_with_progress(path, quiet=as_json)
+    """Import the tasks of a KernelBench checkout (any levelN/N_Name.py below PATH), of one .py file, or of
+    Robust-KBench task folders (func_forward.py + config_forward.json, at or below PATH)."""
+    scan = scan_path(path, lambda p: _scan_with_progress(p, quiet=as_json))
     counts = ImportCounts()
     if scan.tasks:
         with store_session(settings) as store:

@@ -131,15 +131,27 @@ class WorkerRun:
         return out
 
 
+def _out_of_device_memory(result: EvalResult) -> bool:
+    """An infrastructure failure caused by running out of device memory (torch.OutOfMemoryError)."""
+    return result.error_kind == ErrorKind.INFRA_ERROR and "out of memory" in result.error_excerpt.lower()
+
+
 class SubprocessEvaluator:
     """Evaluates candidates in fresh child processes; see the module docstring for the classification."""
 
     def __init__(
-        self, cache_dir: Path | None = None, python: str | None = None, keep_dirs: bool = False
+        self,
+        cache_dir: Path | None = None,
+        python: str | None = None,
+        keep_dirs: bool = False,
+        oom_retries: int = 2,
+        oom_wait_s: float = 5.0,
     ) -> None:
         self.cache_dir = cache_dir or default_cache_dir()
         self.python = python or sys.executable
         self.keep_dirs = keep_dirs
+        self.oom_retries = oom_retries
+        self.oom_wait_s = oom_wait_s
 
     # ------------------------------------------------------------------ public API
     def evaluate(self, request: EvalRequest) -> EvalResult:
@@ -149,6 +161,18 @@ class SubprocessEvaluator:
         if rejected is not None:
             return rejected.model_copy(update={"wall_s": time.perf_counter() - start})
         result = self._run([request], "eval")[0]
+        for attempt in range(self.oom_retries):
+            if not _out_of_device_memory(result):
+                break
+            # Several evaluations share a GPU (bench workers): out of memory says more about the neighbours than
+            # about this candidate, so the evaluation is repeated in a fresh worker after a jittered wait.
+            wait = self.oom_wait_s * (attempt + 1) * (0.5 + secrets.randbelow(1000) / 1000)
+            log.info("%s: out of device memory, retrying in %.0f s", request.task_key, wait)
+            time.sleep(wait)
+            result = self._run([request], "eval")[0]
+            result = result.model_copy(
+                update={"checks": {**result.checks, "oom_retry": f"info: evaluation repeated {attempt + 1}x"}}
+            )
         return result.model_copy(update={"wall_s": time.perf_counter() - start})
 
     def evaluate_many(self, requests: Sequence[EvalRequest], reuse_worker: bool = False) -> list[EvalResult]:
@@ -209,6 +233,7 @@ class SubprocessEvaluator:
         env["HTAM_RESULT_PATH"] = str(run.result)
         env["HTAM_PROGRESS_PATH"] = str(run.progress)
         env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
+        env["HTAM_VARIANT_CACHE"] = str(self.cache_dir / "variants")
         payload = json.dumps(
             {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
         )

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_DIR_ENV", "lock_path", "timing_lock"]
+__all__ = ["LOCK_DIR_ENV", "lock_path", "memory_lock", "timing_lock"]
 
 LOCK_DIR_ENV = "HTAM_GPU_LOCK_DIR"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -44,7 +44,22 @@ def lock_path(device_index: int = 0) -> Path | None:
 @contextlib.contextmanager
 def timing_lock(device_index: int = 0) -> Iterator[None]:
     """Hold the GPU's timing lock for the duration of the block (blocks until it is free)."""
+    with _flock(lock_path(device_index)):
+        yield
+
+
+@contextlib.contextmanager
+def memory_lock(device_index: int = 0) -> Iterator[None]:
+    """Hold the GPU's memory lock (`gpu<id>.mem.lock`): one memory-heavy evaluation per GPU at a time.
+
+    Always taken before the timing lock, never inside it, so the two cannot deadlock."""
     path = lock_path(device_index)
+    with _flock(path.with_suffix(".mem.lock") if path is not None else None):
+        yield
+
+
+@contextlib.contextmanager
+def _flock(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return

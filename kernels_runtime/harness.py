@@ -1,14 +1,17 @@
 """The evaluation pipeline of one request, run inside the worker process (never in the caller).
 
-static checks → shape variants → task module → candidate import (compile) → correctness trials at the main
-variant → extra shape variants → deterministic rerun → task degeneracy → interleaved timing → recheck after
+static checks → shape variants → task module → candidate import (compile) → extra shape variants (first, so
+the candidate's first call is never at the main shape) → correctness trials at the main variant → deterministic rerun → task degeneracy → interleaved timing → recheck after
 timing → speed of light. Each step records its named check; the first failure decides the error kind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
+import os
 import tempfile
 import time
 import types
@@ -41,6 +44,7 @@ from htam_graph.kernels_runtime.trials import (
     run_trial,
     verify_guards,
 )
+from htam_graph.kernels_runtime.variants import configurations as declared_configurations
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 log = logging.getLogger(__name__)
@@ -76,7 +80,36 @@ def _static(req: EvalRequest, rec: Recorder) -> None:
         raise CandidateFailure(r.kind, r.check, str(r)) from r
 
 
+# Where the worker caches shape-variant selections (set by worker.main from the evaluator's cache dir; "" = off).
+VARIANT_CACHE_DIR = ""
+
+
 def _variants(req: EvalRequest) -> list[dict[str, Any]]:
+    """`_select_variants`, cached on disk per (task source, shape, extra count).
+
+    The selection is a pure function of the task source (validating a default-size variant on the meta device
+    costs ~5 s of one-time imports per worker process, paid by every evaluation otherwise); it is read and written
+    before any candidate code runs. Candidate results are never cached.
+    """
+    if not VARIANT_CACHE_DIR:
+        return _select_variants(req)
+    key = hashlib.sha256(f"{req.shape}|{req.extra_shapes}|{req.task_source}".encode()).hexdigest()[:32]
+    path = Path(VARIANT_CACHE_DIR) / f"{key}.json"
+    with contextlib.suppress(OSError, ValueError):
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(cached, list) and cached and all(isinstance(v, dict) for v in cached):
+            # JSON has no tuples: sequence-valued size constants (kernel_size=(3, 5)) come back as tuples
+            return [{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()} for v in cached]
+    found = _select_variants(req)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(found), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: concurrent workers never read a half-written file
+    return found
+
+
+def _select_variants(req: EvalRequest) -> list[dict[str, Any]]:
     """Overrides of the main variant, then of each extra variant that could be built (TaskError: none)."""
     name = req.task_key
     try:
@@ -130,8 +163,8 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
         if device.type == "cuda" and ("CUDA error" in str(e) or type(e).__name__ == "AcceleratorError"):
             # an asynchronous fault of a candidate kernel surfacing in our sync
             kind = ErrorKind.RUNTIME_ERROR
-        elif isinstance(e, torch.OutOfMemoryError):
-            kind = ErrorKind.RUNTIME_ERROR
+        # torch.OutOfMemoryError stays INFRA_ERROR (evaluation.md pitfall 19, as for candidate code in
+        # execution.classify): with evaluations sharing a GPU it says more about the machine than the candidate.
         rec.fail(kind, exception_excerpt(e))
     rec.set(wall_s=time.perf_counter() - start)
     return rec.result()
@@ -178,15 +211,28 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
     rec.info("weights", weights_note)
 
-    with phase("correctness"):
-        outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
-        for t in range(1, req.trials):
-            outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
-        _record_errors(rec, outcomes)
-        _extra_shapes(req, rec, ctx, candidate, variants[1:], cand_file)
-        _deterministic_rerun(req, rec, ctx, task, ref, cand)
-        _degeneracy(rec, outcomes)
-    _timing(req, rec, ctx, task, ref, cand, phase)
+    # One evaluation of a task with large inputs holds several copies of them on the device (inputs, clones,
+    # reference and candidate outputs, poison): such evaluations take the GPU's memory lock so that bench
+    # workers sharing the GPU never run two of them at once (seen: all failures of a 5-workers-per-GPU bench were
+    # out-of-memory errors). Small evaluations run alongside freely.
+    heavy = device.type == "cuda" and _input_bytes(task) >= HEAVY_INPUT_BYTES
+    with gpulock.memory_lock(device.index or 0) if heavy else contextlib.nullcontext():
+        with phase("correctness"):
+            # Shapes in increasing input size: the candidate's first call is at the smallest shape, so a kernel that
+            # remembers its first call's size (and clips later calls to it) fails a later, larger shape, and one that
+            # bakes in the main shape fails the extra one (on the GPU extra variants are smaller than the default
+            # sizes, on the CPU larger than smoke sizes).
+            smaller, larger = _split_by_size(req, task, variants[1:])
+            _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
+            outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
+            for t in range(1, req.trials):
+                outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
+            _record_errors(rec, outcomes)
+            _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
+            _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
+            _deterministic_rerun(req, rec, ctx, task, ref, cand)
+            _degeneracy(rec, outcomes)
+        _timing(req, rec, ctx, task, ref, cand, phase)
     rec.ok(
         "correctness",
         f"{ctx.poisoned_trials} trials (main, extra shapes, recheck) within rtol={rec.rtol:g} atol={rec.atol:g}",
@@ -229,6 +275,43 @@ def _record_errors(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
     )
 
 
+def _input_elements(task: types.ModuleType) -> int:
+    """Total element count of the task's inputs, built on the meta device (no memory, no time); -1 if unknown."""
+    try:
+        with torch.device("meta"):
+            inputs = task.get_inputs()
+    except Exception:  # a task that builds inputs some other way: size unknown
+        return -1
+    return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+
+
+# Inputs from this size up make an evaluation "heavy" (it takes the GPU memory lock); 1 GiB of inputs means
+# roughly 6-8 GiB of device memory over the evaluation.
+HEAVY_INPUT_BYTES = 1 << 30
+
+
+def _input_bytes(task: types.ModuleType) -> int:
+    """Total bytes of the task's inputs, built on the meta device; 0 if unknown."""
+    try:
+        with torch.device("meta"):
+            inputs = task.get_inputs()
+    except Exception:  # a task that builds inputs some other way: size unknown
+        return 0
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+
+
+def _split_by_size(
+    req: EvalRequest, main_task: types.ModuleType, extras: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Extra variants with smaller inputs than the main variant (run before the main trials) and the rest."""
+    main = _input_elements(main_task)
+    smaller, larger = [], []
+    for overrides in extras:
+        n = _input_elements(_load_task(req, overrides))
+        (smaller if 0 <= n < main else larger).append(overrides)
+    return smaller, larger
+
+
 def _extra_shapes(
     req: EvalRequest,
     rec: Recorder,
@@ -236,15 +319,19 @@ def _extra_shapes(
     candidate: types.ModuleType,
     extras: list[dict[str, Any]],
     cand_file: str,
+    first: int = 1,
 ) -> None:
+    """Trials at the extra variants (numbered from `first`); called before and after the main trials."""
     if req.extra_shapes == 0:
         rec.skip("extra_shapes", "request.extra_shapes=0")
         return
     if not extras:
-        rec.skip("extra_shapes", "the task has no other valid size to try")
+        if "extra_shapes" not in rec.checks:
+            rec.skip("extra_shapes", "the task has no other valid size to try")
         return
-    labels = []
-    for v, overrides in enumerate(extras, start=1):
+    earlier = rec.checks.get("extra_shapes", "")
+    labels = [earlier.removeprefix("pass: ")] if earlier.startswith("pass") else []
+    for v, overrides in enumerate(extras, start=first):
         label = _variant_label(req.shape, overrides)
         task = _load_task(req, overrides)
         with temporary_globals(candidate, overrides), _attributed("extra_shapes"):
@@ -253,6 +340,33 @@ def _extra_shapes(
                 run_trial(ctx, task, ref, cand, _seed(req, v, t), f"extra shape {label}")
         labels.append(label)
     rec.ok("extra_shapes", "; ".join(labels))
+
+
+def _task_configs(
+    req: EvalRequest,
+    rec: Recorder,
+    ctx: TrialContext,
+    candidate: types.ModuleType,
+    main: dict[str, Any],
+    cand_file: str,
+) -> None:
+    """Every configuration the task declares (Robust-KBench's input/init/shape configurations) must pass too."""
+    try:
+        configs = declared_configurations(req.task_source, req.shape, main, req.task_key)
+    except TaskError as e:
+        raise HarnessFailure(f"task configurations of {req.task_key}: {e}") from e
+    if not configs:
+        rec.skip("task_configs", "the task declares no other configuration")
+        return
+    for v, (name, overrides) in enumerate(configs, start=1):
+        task = _load_task(req, overrides)
+        # At the smoke shape the configuration runs shrunk: say at which sizes.
+        at = "" if req.shape == "default" else f" at {_variant_label(req.shape, overrides)}"
+        with temporary_globals(candidate, overrides), _attributed("task_configs"):
+            ref, cand, _ = build_models(task, candidate, _seed(req, 50 + v, 0), ctx.device, cand_file)
+            for t in range(min(_EXTRA_TRIALS, req.trials)):
+                run_trial(ctx, task, ref, cand, _seed(req, 50 + v, t), f"config {name}{at}")
+    rec.ok("task_configs", f"{len(configs)} configurations: " + "; ".join(name for name, _ in configs))
 
 
 def _deterministic_rerun(

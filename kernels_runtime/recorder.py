@@ -21,6 +21,7 @@ ALL_CHECKS = (
     "kernel_launched",
     "correctness",
     "extra_shapes",
+    "task_configs",
     "deterministic_rerun",
     "output_not_trivial",
     "device_sync",

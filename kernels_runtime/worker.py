@@ -54,6 +54,7 @@ def main() -> int:
     result_path = os.environ.pop("HTAM_RESULT_PATH")
     progress_path = os.environ.pop("HTAM_PROGRESS_PATH")
     ext_root = os.environ.pop("HTAM_EXT_ROOT", "")
+    harness.VARIANT_CACHE_DIR = os.environ.pop("HTAM_VARIANT_CACHE", "")
     payload = json.loads(sys.stdin.read())
     nonce, mode = str(payload["nonce"]), str(payload.get("mode", "eval"))
     requests = [EvalRequest.model_validate(r) for r in payload["requests"]]

@@ -67,3 +67,4 @@ def test_adversarial_rejected_on_cpu(
         assert result.compiled
         if "dtype" not in result.error_excerpt and "differ while" not in result.error_excerpt:
             assert result.max_abs_err is not None
+

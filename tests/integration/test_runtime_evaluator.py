@@ -244,3 +244,33 @@ def test_nondeterministic_output_within_tolerance_fails_the_rerun(evaluator: Sub
     result = evaluator.evaluate(_req("_CALLS = []\n" + _kernel_candidate(body)))
     assert result.error_kind is ErrorKind.MISMATCH, result.error_excerpt
     assert result.checks["deterministic_rerun"].startswith("fail")
+
+
+def test_out_of_device_memory_is_retried_in_a_fresh_worker(tmp_path: Path) -> None:
+    """A bench shares each GPU between workers; an OOM is infra_error and the evaluation is repeated."""
+    marker = tmp_path / "first_call_seen"
+    source = (DATA / "candidates" / "triton_tanh.py").read_text(encoding="utf-8")
+    source += f"""
+
+_MARKER = {str(marker)!r}
+_forward = ModelNew.forward
+
+
+def _forward_once_out_of_memory(self, x):
+    import os
+    if not os.path.isdir(_MARKER):
+        os.mkdir(_MARKER)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB (simulated neighbour)")
+    return _forward(self, x)
+
+
+ModelNew.forward = _forward_once_out_of_memory
+"""
+    no_retry = SubprocessEvaluator(cache_dir=tmp_path / "a", oom_retries=0)
+    first = no_retry.evaluate(_req(source, _task(TANH), task_key=TANH))
+    assert first.error_kind is ErrorKind.INFRA_ERROR and "out of memory" in first.error_excerpt.lower()
+    marker.rmdir()
+    retrying = SubprocessEvaluator(cache_dir=tmp_path / "b", oom_retries=1, oom_wait_s=0.01)
+    result = retrying.evaluate(_req(source, _task(TANH), task_key=TANH))
+    assert result.correct, (result.error_kind, result.error_excerpt)
+    assert result.checks["oom_retry"] == "info: evaluation repeated 1x"

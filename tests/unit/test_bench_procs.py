@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from htam_graph.cli.executors import descendants, kill_tree
 from htam_graph.kernels_runtime import gpulock
@@ -50,6 +52,39 @@ def test_lock_is_exclusive_while_held(monkeypatch: pytest.MonkeyPatch, tmp_path:
     with gpulock.timing_lock(0):
         assert not try_lock()
     assert try_lock()
+
+
+def test_memory_lock_is_its_own_file_and_independent_of_the_timing_lock(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+
+    def free(name: str) -> bool:
+        fd = os.open(tmp_path / name, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    with gpulock.memory_lock(0):
+        assert not free("gpu3.mem.lock")
+        assert free("gpu3.lock")  # small evaluations still time while a heavy one checks correctness
+        with gpulock.timing_lock(0):  # the heavy one takes the timing lock inside the memory lock
+            assert not free("gpu3.lock")
+    assert free("gpu3.mem.lock") and free("gpu3.lock")
+
+
+def test_heavy_evaluations_are_those_with_large_inputs() -> None:
+    from htam_graph.kernels_runtime import harness
+
+    small = types.SimpleNamespace(get_inputs=lambda: [torch.randn(1024, 1024)])
+    big = types.SimpleNamespace(get_inputs=lambda: [torch.randn(4096, 393216)])  # 6.4 GB, built on meta only
+    assert harness._input_bytes(small) == 4 << 20 < harness.HEAVY_INPUT_BYTES
+    assert harness._input_bytes(big) == 4096 * 393216 * 4 >= harness.HEAVY_INPUT_BYTES
 
 
 def test_lock_serialises_two_processes(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 # pitfall: 1 result reuse via the caching allocator: returns torch.empty_like(x) unwritten, hoping for the freed reference output
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
-# expected_check: reference_kept_alive_and_poisoned|correctness
+# expected_check: reference_kept_alive_and_poisoned|correctness|extra_shapes
 # runs_on: cpu,gpu
 import torch
 import torch.nn as nn

@@ -2,7 +2,7 @@
 # pitfall: 11 hard-coded shapes: the element count of the main shape is baked in (remembered from the first call)
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
-# expected_check: extra_shapes
+# expected_check: extra_shapes|correctness|reference_kept_alive_and_poisoned
 # runs_on: cpu,gpu
 import torch
 import torch.nn as nn

@@ -2,7 +2,7 @@
 # pitfall: 16 uninitialised memory: the kernel writes only the first half of the output
 # task: level1/22_Tanh.py
 # expected_kind: mismatch
-# expected_check: reference_kept_alive_and_poisoned|correctness
+# expected_check: reference_kept_alive_and_poisoned|correctness|extra_shapes
 # runs_on: cpu,gpu
 import torch
 import torch.nn as nn

@@ -1,0 +1,69 @@
+"""Robust-KBench folders through the CLI: `tasks import` (format detected), `bench --tasks PATH`, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from htam_graph.cli.main import _register, cli
+from htam_graph.settings import Settings
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "robust_kbench"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    _register()
+
+
+def _invoke(settings: Settings, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        cli,
+        ["--home", str(settings.htam_home), *args],
+        env={"HTAM_GRAPH_NAME": settings.graph_name, "NEO4J_URI": ""},
+    )
+    return result.exit_code, result.output
+
+
+def test_tasks_import_detects_robust_kbench_and_lists_the_task(htam_settings: Settings) -> None:
+    code, out = _invoke(htam_settings, "tasks", "import", str(SAMPLE))
+    assert code == 0, out
+    assert out.splitlines()[0] == "imported 1, updated 0, unchanged 0, skipped 0"
+    code, out = _invoke(htam_settings, "tasks", "import", str(SAMPLE / "layernorm"))
+    assert code == 0 and out.startswith("imported 0, updated 0, unchanged 1"), out
+    code, out = _invoke(htam_settings, "tasks", "list", "--json")
+    rows = {r["key"]: r for r in json.loads(out)}
+    assert rows["robust-kbench/layernorm"]["suite"] == "robust-kbench"
+    assert rows["robust-kbench/layernorm"]["op_tags"] == ["norm"]
+
+
+def test_malformed_folder_is_one_line_exit_1(htam_settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "layernorm"
+    shutil.copytree(SAMPLE / "layernorm", folder)
+    (folder / "config_forward.json").write_text('{"single_input_configs": 3}', encoding="utf-8")
+    for command in (
+        ["tasks", "import", str(folder)],
+        ["bench", "--tasks", str(folder), "--out", str(tmp_path / "b")],
+    ):
+        code, out = _invoke(htam_settings, *command)
+        assert code == 1, out
+        assert out.strip().count("\n") == 0 and "Traceback" not in out
+        assert "single_input_configs must be a non-empty list of objects" in out
+
+
+def test_bench_runs_a_robust_kbench_path(htam_settings: Settings, tmp_path: Path) -> None:
+    """One rules step at smoke sizes on the CPU: the task is imported, run, and its row and report written.
+    (Whether a rules recipe applies is the rules library's business; the evaluator side is tested in
+    test_tasks_robust_kbench_eval.py.)"""
+    out_dir = tmp_path / "bench"
+    args = ["bench", "--tasks", str(SAMPLE), "--steps", "1", "--device", "cpu", "--shape", "smoke"]
+    code, out = _invoke(htam_settings, *args, "--json", "--out", str(out_dir))
+    assert code == 0, out
+    rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(r["task"], r["status"]) for r in rows] == [("robust-kbench/layernorm", "done")], rows
+    assert json.loads((out_dir / "bench.json").read_text())["task_keys"] == ["robust-kbench/layernorm"]
+    assert (out_dir / "report" / "report.md").is_file()
