@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ALL = "all"  # the level label of the overall rows
+STRICT = "fp32-strict"  # the precision policy of the main track; any other is a separate track
+UNSTATED = "unstated"  # a result that does not say its precision policy
 FAST_P = (("fast_0", 0.0), ("fast_1", 1.0), ("fast_1_5", 1.5), ("fast_2", 2.0))
 SEED_METRICS = ("geomean_eager_x", "fast_1", "geomean_compile_x", "fast_1_compile")
 DEFINITIONS = (
@@ -72,6 +74,9 @@ def load_bench(path: Path) -> Bench:
     config = _read_config(path / "bench.json")
     rows = _read_results(path / "results.jsonl")
     runs = pd.DataFrame([_derive(r) for r in rows])
+    # Every run carries its precision track: its own field, else the bench's, else "unstated" (never guessed).
+    track = str(config.get("precision_policy") or UNSTATED)
+    runs["precision_policy"] = [str(r.get("precision_policy") or track) for r in rows]
     runs = runs.sort_values(["policy", "seed", "task"], kind="stable").reset_index(drop=True)
     steps = pd.DataFrame(
         [step for r in rows for step in _steps_of(r)],
@@ -246,25 +251,44 @@ def summarize(runs: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def precision_tracks(runs: pd.DataFrame) -> list[str]:
+    """The precision policies of the runs, fp32-strict first (runs without the column count as unstated)."""
+    if "precision_policy" not in runs:
+        return [UNSTATED]
+    return sorted({str(p) for p in runs["precision_policy"]}, key=lambda p: (p != STRICT, p))
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (policy, seed, level) plus level 'all', with `summarize`'s metrics."""
+    """One row per (policy, precision policy, seed, level) plus level 'all', with `summarize`'s metrics.
+
+    Precision tracks are never pooled: tf32 / bf16 runs get their own rows, labelled in `precision_policy`."""
     import pandas as pd
 
+    if "precision_policy" not in runs:
+        runs = runs.assign(precision_policy=UNSTATED)
     rows = []
-    for (policy, seed), group in runs.groupby(["policy", "seed"], sort=True):
+    for (policy, track, seed), group in runs.groupby(["policy", "precision_policy", "seed"], sort=True):
         for level in [*sorted(group["level"].unique(), key=_level_order), ALL]:
             part = group if level == ALL else group[group["level"] == level]
-            rows.append({"policy": policy, "seed": seed, "level": level, **summarize(part)})
+            rows.append(
+                {"policy": policy, "precision_policy": track, "seed": seed, "level": level, **summarize(part)}
+            )
     return pd.DataFrame(rows)
 
 
 def seed_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample std (n-1; NaN for one seed) across seeds of the headline metrics, per policy and level."""
+    """Mean and sample std (n-1; NaN for one seed) across seeds of the headline metrics, per policy, precision
+    policy and level."""
     import pandas as pd
 
     rows = []
-    for (policy, level), group in summary.groupby(["policy", "level"], sort=False):
-        row: dict[str, Any] = {"policy": policy, "level": level, "seeds": len(group)}
+    for (policy, track, level), group in summary.groupby(["policy", "precision_policy", "level"], sort=False):
+        row: dict[str, Any] = {
+            "policy": policy,
+            "precision_policy": track,
+            "level": level,
+            "seeds": len(group),
+        }
         for metric in SEED_METRICS:
             values = group[metric].astype(float)
             row[f"{metric}_mean"] = float(values.mean())

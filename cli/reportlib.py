@@ -79,11 +79,16 @@ def side_by_side(summary: pd.DataFrame, level: str) -> pd.DataFrame:
     import pandas as pd
 
     part = summary[summary["level"] == level]
+    tracks = rd.precision_tracks(part)
     columns: dict[str, list[str]] = {}
-    for policy in rd.policy_order(part["policy"]):
-        rows = part[part["policy"] == policy]
-        name = policy if len(rows) == 1 else f"{policy} ({len(rows)} seeds)"
-        columns[name] = [_cell(rows[c].astype(float).tolist(), k, how) for c, _, k, how in METRIC_ROWS]
+    for track in tracks:  # precision tracks side by side, never pooled into one column
+        for policy in rd.policy_order(part["policy"]):
+            rows = part[(part["policy"] == policy) & (part["precision_policy"] == track)]
+            if not len(rows):
+                continue
+            name = policy if len(tracks) == 1 else f"{policy} [{track}]"
+            name = name if len(rows) == 1 else f"{name} ({len(rows)} seeds)"
+            columns[name] = [_cell(rows[c].astype(float).tolist(), k, how) for c, _, k, how in METRIC_ROWS]
     return pd.DataFrame(columns, index=pd.Index([label for _, label, _, _ in METRIC_ROWS], name="metric"))
 
 
@@ -101,7 +106,7 @@ def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
         ("GPU", seen("gpu_name")),
         ("torch version", seen("torch_version")),
         ("triton version", str(c.get("triton_version") or "-")),
-        ("dtype / precision policy", f"{c.get('dtype', '-')} / {c.get('precision_policy', '-')}"),
+        ("dtype / precision policy", f"{c.get('dtype', '-')} / {', '.join(rd.precision_tracks(runs))}"),
         ("tolerance", f"rtol {c.get('rtol', '-')}, atol {c.get('atol', '-')}"),
         ("timing method", str(c.get("timing_method") or "-")),
         ("device / shape", f"{c.get('device', '-')} / {c.get('shape', '-')}"),
@@ -119,6 +124,7 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     out = []
     if bench.config.get("synthetic"):
         out.append("SYNTHETIC DATA: these numbers were made up for tests and examples, not measured.")
+    out += _precision_warnings(rd.precision_tracks(bench.runs))
     cpu = int(bench.runs["timing_on_cpu"].sum())
     if cpu or str(bench.config.get("gpu_name", "")).lower() == "cpu":
         out.append(f"{cpu} run(s) were timed on the CPU: their speedups say nothing about GPU performance.")
@@ -135,6 +141,22 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     if len(failed):
         out.append(
             f"{len(failed)} run(s) failed (error/timeout); they count as 1.0x over eager and not fast_p."
+        )
+    return out
+
+
+def _precision_warnings(tracks: list[str]) -> list[str]:
+    out = []
+    relaxed = [t for t in tracks if t != rd.STRICT]
+    if relaxed:
+        out.append(
+            f"PRECISION TRACK {', '.join(relaxed)}: reduced-precision math was allowed and checked at that "
+            "policy's tolerance; these numbers are a separate track, never comparable with fp32-strict results."
+        )
+    if len(tracks) > 1:
+        out.append(
+            f"runs of several precision policies ({', '.join(tracks)}): the summary, seed and comparison tables "
+            "are split by them; the direction, strategy and transition tables and the figures are not."
         )
     return out
 
@@ -271,18 +293,24 @@ COMPARE_COLUMNS = (
 
 
 def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:
-    """One row per (bench folder, policy), over all levels; metrics are means over seeds (std in *_std)."""
+    """One row per (bench folder, precision policy, policy), over all levels; metrics are means over seeds (std in
+    *_std). Precision tracks are separate rows (fp32-strict first), never averaged together."""
     import pandas as pd
 
     rows = []
     for bench in benches:
         summary = rd.summary_table(bench.runs)
         overall = summary[summary["level"] == rd.ALL]
-        for policy in rd.policy_order(overall["policy"]):
-            part = overall[overall["policy"] == policy]
+        for track, policy in [
+            (t, p) for t in rd.precision_tracks(overall) for p in rd.policy_order(overall["policy"])
+        ]:
+            part = overall[(overall["policy"] == policy) & (overall["precision_policy"] == track)]
+            if not len(part):
+                continue
             row: dict[str, Any] = {
                 "bench": bench.name,
                 "policy": policy,
+                "precision_policy": track,
                 "gpu": dict(header_items(bench))["GPU"],
                 "model": bench.config.get("model", "-"),
                 "seeds": len(part),
@@ -309,12 +337,20 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
     warnings = [w for b in benches for w in (f"{b.name}: {x}" for x in warnings_for(b))]
     if len({h for b in benches for h in [dict(header_items(b))["GPU"]]}) > 1:
         warnings.insert(0, "the folders were measured on different GPUs: compare speedups with care.")
+    tracks = sorted(set(table["precision_policy"]), key=lambda t: (t != rd.STRICT, t)) if len(table) else []
+    warnings[:0] = _precision_warnings(tracks)
     page = reporthtml.Page(
         title="htam-graph bench comparison",
         header=[(b.name, ", ".join(f"{k}: {v}" for k, v in header_items(b)[:8])) for b in benches],
         warnings=warnings,
         definitions=list(rd.DEFINITIONS),
-        sections=[("all levels, mean over seeds", _rounded(table).set_index(["bench", "policy"]))],
+        sections=[
+            (
+                f"all levels, mean over seeds, precision policy {track}",
+                _rounded(table[table["precision_policy"] == track]).set_index(["bench", "policy"]),
+            )
+            for track in tracks
+        ],
         extra=[],
         figures=[],
     )

@@ -41,7 +41,7 @@ from htam_graph.model import (
     Task,
     Usage,
 )
-from htam_graph.ports import Evaluator, Generator, GraphStore
+from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore
 from htam_graph.settings import PolicySettings
 from htam_graph.state import memory_context, reference_as_candidate, state_summary
 
@@ -204,7 +204,7 @@ class OptimizationLoop:
         for step in range(1, cfg.steps + 1):
             choice = self._choose(task, history, gpu_arch, allowed, executable, rng)
             try:
-                reply = self._generate(task, step, choice, result, directions)
+                request, reply = self._generate(task, step, choice, result, directions)
             except BackendError as e:
                 # A spent budget or a transport failure after retries ends the run cleanly: every step so far
                 # is already recorded, and the caller reports `backend_error` (exit 1 in the CLI).
@@ -216,6 +216,9 @@ class OptimizationLoop:
             )
             if outcome.result is not None and outcome.result.gpu_arch:
                 gpu_arch = outcome.result.gpu_arch
+            if cfg.record and isinstance(self.generator, EvaluationObserver):
+                # e.g. the rules' autotune cache learns the runtime the evaluator measured for this kernel
+                self.generator.observe(request, reply, outcome.result)
             history.append(choice.direction.key)
             prev_attempt = outcome.attempt_key
             result.steps.append(outcome)
@@ -313,7 +316,7 @@ class OptimizationLoop:
         choice: _Choice,
         result: RunResult,
         directions: dict[str, GlobalDirection],
-    ) -> GenerationReply:
+    ) -> tuple[GenerationRequest, GenerationReply]:
         last = result.steps[-1] if result.steps else None
         request = GenerationRequest(
             task=task,
@@ -327,6 +330,7 @@ class OptimizationLoop:
             device=self.config.device,
             seed=self.config.seed * 1000 + step,
             precision_policy=self.config.precision_policy,
+            shape=self.config.shape,
             alternatives=[c.strategy for c in choice.alternatives],
         )
         reply = self.generator.generate(request)
@@ -334,7 +338,7 @@ class OptimizationLoop:
             chosen = [c for c in choice.alternatives if c.strategy.key == reply.strategy_key]
             if chosen:
                 choice.local = chosen[0]  # the generator applied another offered strategy: record that one
-        return reply
+        return request, reply
 
     # ------------------------------------------------------------------------------------------- evaluate
     def _evaluate_and_record(

@@ -285,6 +285,7 @@ class GenerationRequest(_Frozen):
     device: Device = "cuda"
     seed: int = 0
     precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT  # what numeric shortcuts are allowed
+    shape: ShapeVariant = "default"  # the input sizes the candidate will be evaluated at (autotune cache key)
     # Other local strategies under the direction: an LLM may choose one of them instead of `strategy`
     # (the paper's local choice by the LLM) and says which in its reply (`GenerationReply.strategy_key`).
     alternatives: list[LocalStrategy] = Field(default_factory=list)

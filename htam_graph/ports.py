@@ -65,3 +65,16 @@ class Generator(Protocol):
     name: str
 
     def generate(self, request: GenerationRequest) -> GenerationReply: ...
+
+
+@runtime_checkable
+class EvaluationObserver(Protocol):
+    """Optional, for a generator that learns from the evaluation of its own candidates.
+
+    The offline rules implement it to fill their autotune cache with the runtimes the loop measured (the loop
+    calls it after every evaluated step of a recording run; a frozen memory observes nothing).
+    """
+
+    def observe(
+        self, request: GenerationRequest, reply: GenerationReply, result: EvalResult | None
+    ) -> None: ...

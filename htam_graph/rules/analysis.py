@@ -18,6 +18,13 @@ import types
 import warnings
 from typing import Any
 
+from htam_graph.rules.analysis_structural import (
+    cat_node,
+    check_total_scan_loss,
+    int_node,
+    int_valued,
+    refined_kind,
+)
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import (
     IGNORED_KWARGS,
@@ -129,6 +136,16 @@ def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
             if not isinstance(value, Ref):
                 raise NotApplicable("the forward does not return a single tensor")
             output = value
+        elif _is_values_getitem(fx_node):
+            names[fx_node] = names[fx_node.args[0]]  # `torch.min(x, dim)[0]`: the reduction node itself
+        elif _is_transpose_attr(fx_node):
+            node = _transpose_node(fx_node, names, with_shapes)
+            names[fx_node] = node.name
+            nodes.append(node)
+        elif _is_min_max_over_dim(fx_node):
+            node = _values_reduction(fx_node, names, with_shapes)
+            names[fx_node] = node.name
+            nodes.append(node)
         else:
             node = _call_node(gm, fx_node, names, attrs, with_shapes)
             names[fx_node] = node.name
@@ -185,6 +202,8 @@ def _value(arg: Any, names: dict[Any, str]) -> Value:
 def _call_node(
     gm: Any, fx_node: Any, names: dict[Any, str], attrs: dict[str, TensorInfo], with_shapes: bool
 ) -> OpNode:
+    if int_valued(fx_node):
+        return int_node(fx_node, lambda a: _value(a, names))
     shape, dtype = _meta(fx_node, with_shapes)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
@@ -202,11 +221,79 @@ def _call_node(
         args = list(fx_node.args)
     else:
         raise NotApplicable(f"unsupported fx node {fx_node.op}")
+    if sig.op == "cat":
+        return cat_node(fx_node, lambda a: _value(a, names), shape, dtype, origin)
     operands, params = _bind(
         sig, [_value(a, names) for a in args], {k: _value(v, names) for k, v in fx_node.kwargs.items()}
     )
     _check_semantics(sig, operands, params)
-    return OpNode(fx_node.name, sig.kind, sig.op, operands, params, shape, dtype, None, origin)
+    kind = refined_kind(sig, params)
+    return OpNode(fx_node.name, kind, sig.op, operands, params, shape, dtype, None, origin)
+
+
+def _is_min_max_over_dim(fx_node: Any) -> bool:
+    """`torch.min(x, dim)` / `x.max(dim, keepdim)`: a (values, indices) reduction, not the elementwise form."""
+    import torch
+
+    if fx_node.op == "call_function":
+        if fx_node.target is not torch.min and fx_node.target is not torch.max:
+            return False
+    elif fx_node.op != "call_method" or fx_node.target not in ("min", "max"):
+        return False
+    dim = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs.get("dim")
+    return isinstance(dim, int) and not isinstance(dim, bool)
+
+
+def _is_values_getitem(fx_node: Any) -> bool:
+    return (_is_getitem_zero(fx_node) or _is_values_attr(fx_node)) and _is_min_max_over_dim(fx_node.args[0])
+
+
+def _is_getitem_zero(fx_node: Any) -> bool:
+    return fx_node.op == "call_function" and fx_node.target is operator.getitem and fx_node.args[1] == 0
+
+
+def _is_values_attr(fx_node: Any) -> bool:
+    """`torch.max(x, dim).values` (traced as getattr(node, "values"))."""
+    import builtins
+
+    return (
+        fx_node.op == "call_function" and fx_node.target is builtins.getattr and fx_node.args[1] == "values"
+    )
+
+
+def _is_transpose_attr(fx_node: Any) -> bool:
+    """`w.T` (traced as getattr(node, "T")): a view; ShapeProp has checked it is the 2-d transpose."""
+    import builtins
+
+    return fx_node.op == "call_function" and fx_node.target is builtins.getattr and fx_node.args[1] == "T"
+
+
+def _transpose_node(fx_node: Any, names: dict[Any, str], with_shapes: bool) -> OpNode:
+    shape, dtype = _meta(fx_node, with_shapes)
+    if with_shapes and len(shape) != 2:
+        raise NotApplicable(f"{fx_node.name}: .T of a tensor that is not 2-d")
+    operand = _value(fx_node.args[0], names)
+    return OpNode(fx_node.name, OpKind.LAYOUT, "t", (operand,), (), shape, dtype, None, "Tensor.T")
+
+
+def _values_reduction(fx_node: Any, names: dict[Any, str], with_shapes: bool) -> OpNode:
+    """`torch.min(x, dim, keepdim)[0]` as an amin/amax reduction (same values; the indices are never read)."""
+    kind = "min" if (getattr(fx_node.target, "__name__", fx_node.target) == "min") else "max"
+    users = list(fx_node.users)
+    if not users or any(not (_is_getitem_zero(u) or _is_values_attr(u)) for u in users):
+        raise NotApplicable(
+            f"torch.{kind}(x, dim) is used as a (values, indices) tuple, which is not a tensor;"
+            " only its values `[0]` are supported"
+        )
+    sig = SIGNATURES[f"a{kind}"]
+    operands, params = _bind(
+        sig,
+        [_value(a, names) for a in fx_node.args],
+        {k: _value(v, names) for k, v in fx_node.kwargs.items()},
+    )
+    shape, dtype = _meta(users[0], with_shapes)
+    origin = f"torch.{kind}(dim)[0]"
+    return OpNode(fx_node.name, OpKind.REDUCTION, sig.op, operands, params, shape, dtype, None, origin)
 
 
 def _function_signature(target: Any) -> Signature:
@@ -235,6 +322,8 @@ def _module_node(
     path = str(fx_node.target)
     module = gm.get_submodule(path)
     cls = type(module)
+    if cls.__name__.startswith("AdaptiveAvgPool") and cls.__module__.startswith("torch.nn.modules"):
+        return _global_average_pool(fx_node, module, names, shape, dtype)
     entry = MODULE_OPS.get(cls.__name__)
     if entry is None or not cls.__module__.startswith("torch.nn.modules"):
         raise NotApplicable(f"unsupported submodule {path} ({cls.__module__}.{cls.__name__})")
@@ -257,6 +346,23 @@ def _module_node(
     sig = SIGNATURES[op]
     _check_semantics(sig, operands, params)
     return OpNode(fx_node.name, sig.kind, op, operands, params, shape, dtype, path, origin)
+
+
+def _global_average_pool(
+    fx_node: Any, module: Any, names: dict[Any, str], shape: tuple[int, ...], dtype: str
+) -> OpNode:
+    """nn.AdaptiveAvgPoolNd to output size 1: a mean over the last N dims with keepdim (the same values)."""
+    nd = int(type(module).__name__[-2])
+    size = module.output_size
+    sizes = tuple(size) if isinstance(size, tuple | list) else (size,) * nd
+    if len(sizes) != nd or any(s != 1 for s in sizes):
+        raise NotApplicable(f"adaptive average pooling to output size {size} (only global, size 1)")
+    if fx_node.kwargs or len(fx_node.args) != 1:
+        raise NotApplicable(f"submodule {fx_node.target} is called with more than one argument")
+    params = (("dim", Const(tuple(range(-nd, 0)))), ("keepdim", Const(True)))
+    origin = f"nn.{type(module).__name__} {fx_node.target}"
+    operands = (_value(fx_node.args[0], names),)
+    return OpNode(fx_node.name, OpKind.REDUCTION, "mean", operands, params, shape, dtype, None, origin)
 
 
 def _module_scalar(module: Any, path: str, attr: str) -> Value:
@@ -304,8 +410,7 @@ def _check_semantics(
         )
     if sig.kind is OpKind.SOFTMAX and dict(params)["dim"] == Const(None):
         raise NotApplicable(f"{sig.op} without an explicit dim")
-    if sig.kind is OpKind.REDUCTION and dict(params)["dim"] in (Const(None), Const(())):
-        raise NotApplicable(f"{sig.op} without an explicit dim (a full reduction) is not supported")
+    check_total_scan_loss(sig, params)
 
 
 # ------------------------------------------------------------------------------------------- attribute scalars

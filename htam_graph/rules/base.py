@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Protocol
 
 from htam_graph.errors import HtamError
+from htam_graph.model import PrecisionPolicy
 
 if TYPE_CHECKING:
     from htam_graph.rules.ops import OpGraph
@@ -113,6 +114,8 @@ class TaskView:
     task_key: str
     graph: OpGraph
     skeleton: ModelSkeleton
+    # The run's precision policy: precision-changing recipes apply only under a non-strict one.
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
 
 
 class Recipe(Protocol):

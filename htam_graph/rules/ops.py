@@ -55,11 +55,20 @@ class OpKind(StrEnum):
     ELEMENTWISE = "elementwise"
     LIBRARY = "library"  # conv*, conv_transpose*, linear, matmul/mm/bmm: kept as the library call
     SOFTMAX = "softmax"  # softmax / log_softmax
-    REDUCTION = "reduction"  # sum / mean / prod / amax / amin / argmax / argmin / logsumexp over explicit dims
-    NORM = "norm"  # nn.LayerNorm / nn.GroupNorm / nn.InstanceNorm*d modules (statistics of the input itself)
+    REDUCTION = (
+        "reduction"  # sum / mean / prod / amax / amin / argmax / argmin / logsumexp over explicit dims
+    )
+    NORM = "norm"  # nn.LayerNorm / GroupNorm / InstanceNorm*d / BatchNorm*d modules (statistics of the input)
     POOL = "pool"  # max_pool{1,2,3}d / avg_pool{1,2,3}d (window parameters in params)
     LAYOUT = "layout"  # unsqueeze (a view) and diag (a vector -> a diagonal matrix): no arithmetic
     IDENTITY = "identity"  # clone / detach / contiguous: the same values (algebraic_rewrite.drop_noops)
+    RANDOM = "random"  # nn.Dropout: the identity only in eval mode or with p = 0 (never assumed statically)
+    TOTAL = "total"  # sum / mean over every element (no dim): a 0-d result
+    LOSS = "loss"  # F.mse_loss / l1_loss / smooth_l1_loss / huber_loss / kl_div: elementwise term + reduction
+    SCAN = "scan"  # cumsum / cumprod along one dim
+    # size() and int arithmetic on it, narrow, select, zeros_like, cat: index bookkeeping that only a recipe
+    # proving the whole pattern (e.g. an exclusive scan written as cat + narrow) may use
+    STRUCTURAL = "structural"
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,8 @@ NORM_MODULE_PARAMS: dict[str, tuple[tuple[str, object], ...]] = {
     "nn_layer_norm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True)),
     "nn_group_norm": (("num_groups", None), ("eps", 1e-5), ("affine", True)),
     "nn_instance_norm": (("eps", 1e-5), ("affine", False), ("track_running_stats", False)),
+    # batch norm: statistics over (batch, spatial) per channel in training mode, running statistics in eval
+    "nn_batch_norm": (("eps", 1e-5), ("momentum", 0.1), ("affine", True), ("track_running_stats", True)),
 }
 _CONV_PARAMS = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
 _MAX_POOL_PARAMS = (
@@ -224,6 +235,9 @@ def _signatures() -> dict[str, Signature]:
             "bmm": Signature("bmm", OpKind.LIBRARY, ("input", "other")),
             "unsqueeze": Signature("unsqueeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
             "diag": Signature("diag", OpKind.LAYOUT, ("input",), (("diagonal", 0),)),
+            # views that move no data on a contiguous tensor: squeeze(dim) / the 2-d transpose `.T` / `.t()`
+            "squeeze": Signature("squeeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
+            "t": Signature("t", OpKind.LAYOUT, ("input",)),
             **{
                 name: Signature(name, OpKind.IDENTITY, ("input",))
                 for name in ("clone", "detach", "contiguous")
@@ -235,7 +249,9 @@ def _signatures() -> dict[str, Signature]:
         table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS, (("dtype", None),))
     for name in ("prod", "amax", "amin", "argmax", "argmin", "logsumexp"):
         table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS)
+    table.update(_loss_scan_structural_signatures())
     # Norm modules only (named so that no torch function binds to them): weight, bias, then module attributes.
+    table["dropout"] = Signature("dropout", OpKind.RANDOM, ("input",), (("p", 0.5),))
     for name, attrs in NORM_MODULE_PARAMS.items():
         table[name] = Signature(name, OpKind.NORM, ("input", "weight", "bias"), attrs, optional_operands=2)
     for dims in (1, 2, 3):
@@ -267,6 +283,35 @@ def _signatures() -> dict[str, Signature]:
         "special_erf": "erf",
     }
     table.update({alias: table[name] for alias, name in aliases.items()})
+    return table
+
+
+def _loss_scan_structural_signatures() -> dict[str, Signature]:
+    """Losses (the reduction kind is a parameter), scans and the bookkeeping ops of scan patterns."""
+    legacy = (("size_average", None), ("reduce", None))  # deprecated; anything but None is rejected
+    loss, scan, struct = OpKind.LOSS, OpKind.SCAN, OpKind.STRUCTURAL
+    pair = ("input", "target")
+    table = {
+        "mse_loss": Signature("mse_loss", loss, pair, (*legacy, ("reduction", "mean"), ("weight", None))),
+        "l1_loss": Signature("l1_loss", loss, pair, (*legacy, ("reduction", "mean"), ("weight", None))),
+        "smooth_l1_loss": Signature(
+            "smooth_l1_loss", loss, pair, (*legacy, ("reduction", "mean"), ("beta", 1.0))
+        ),
+        "huber_loss": Signature(
+            "huber_loss", loss, pair, (("reduction", "mean"), ("delta", 1.0), ("weight", None))
+        ),
+        "kl_div": Signature("kl_div", loss, pair, (*legacy, ("reduction", "mean"), ("log_target", False))),
+        "size": Signature("size", struct, ("input",), (("dim", None),)),
+        "narrow": Signature("narrow", struct, ("input",), (("dim", None), ("start", None), ("length", None))),
+        "select": Signature("select", struct, ("input",), (("dim", None), ("index", None))),
+        "zeros_like": Signature(
+            "zeros_like", struct, ("input",), fixed=(("dtype", None), ("layout", None), ("device", None))
+        ),
+        "cat": Signature("cat", struct, ("tensors",), (("dim", 0),)),
+        "flip": Signature("flip", struct, ("input",), (("dims", None),)),
+    }
+    for name in ("cumsum", "cumprod"):
+        table[name] = Signature(name, scan, ("input",), (("dim", None),), (("dtype", None),))
     return table
 
 
@@ -306,6 +351,11 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "InstanceNorm1d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm2d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm3d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
+    "Dropout": ("dropout", ("p",)),
+    **{
+        f"BatchNorm{d}d": ("nn_batch_norm", ("eps", "momentum", "affine", "track_running_stats"))
+        for d in (1, 2, 3)
+    },
     **{f"MaxPool{d}d": (f"max_pool{d}d", tuple(p for p, _ in _MAX_POOL_PARAMS)) for d in (1, 2, 3)},
     **{
         f"AvgPool{d}d": (f"avg_pool{d}d", tuple(p for p, _ in _AVG_POOL_PARAMS[: 6 if d > 1 else 5]))

@@ -67,6 +67,11 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("level1/48_Mean_reduction_over_a_dimension.py", DIM, {"batch_size": 2, "dim1": 9, "dim2": 11}),
     ("level1/52_Argmin_over_a_dimension.py", DIM, {"batch_size": 2, "dim1": 9, "dim2": 11}),
     ("level2/56_Matmul_Sigmoid_Sum.py", DIM, {"batch_size": 3, "input_size": 20, "hidden_size": 1000}),
+    (
+        "level2/32_Conv2d_Scaling_Min.py",
+        DIM,
+        {"batch_size": 2, "in_channels": 3, "out_channels": 8, "height": 9, "width": 7},
+    ),
     ("level1/24_LogSoftmax.py", LSE, {"batch_size": 2, "dim": 1000}),
     (
         "level2/22_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish.py",

@@ -50,7 +50,9 @@ class DropNoops:
         graph = view.graph
         copies = [n for n in graph.nodes if n.kind is OpKind.IDENTITY]
         if not copies:
-            raise NotApplicable("the forward has no clone / detach / contiguous to drop")
+            random = [n.origin for n in graph.nodes if n.kind is OpKind.RANDOM]
+            note = f" ({', '.join(random)}: random in training mode, never dropped)" if random else ""
+            raise NotApplicable("the forward has no clone / detach / contiguous to drop" + note)
         _check_no_in_place(graph)
         rewritten = dataclasses.replace(view, graph=drop_copies(graph))
         reasons = []

@@ -4,12 +4,11 @@
 `memory_access.vectorized_loads` adds contiguity hints and picks configurations with 4-16 contiguous fp32
 elements per thread (128-bit accesses or more). The base kernel is read from the `# htam-rules:` header of the
 request's base source; when the base was not written by a recipe, the first base recipe that applies is used.
-The next configuration is chosen deterministically from the ladder by (step + seed), skipping the current one.
+Which configuration of the ladder comes next is the autotuner's choice (`htam_graph.rules.autotune`): the first
+one not yet measured for (task, shape, GPU); the ladders are ordered by how likely each is to win.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, Recipe, TaskView, parse_header
 
@@ -61,19 +60,13 @@ REDUCE_LADDER = tuple(
         (1024, 8, 4096),
     )
 )
+# Channel-tile kernels (recipes/conv_reduce_codegen.py): BLOCK = C_PAD * BLOCK_S, max_single_block // 16 = the
+# program count below which narrower tiles / fewer tiles per program are used.
+_CONV_REDUCE_BASES = ("fusion.conv_reduction_epilogue",)
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
     for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
 )
-
-
-@dataclass(frozen=True)
-class TunedSource:
-    """What a tuning recipe decided: which base recipe re-emits, with which configuration, and a note."""
-
-    base: Recipe
-    config: KernelConfig
-    note: str
 
 
 class TuningRecipe:
@@ -101,34 +94,23 @@ class TuningRecipe:
             reasons.append(f"{base.key}: {verdict.reason}")
         return Applicability.no("no kernel to tune (" + "; ".join(reasons) + ")")
 
-    def choose(self, view: TaskView, base_source: str, step: int, seed: int) -> TunedSource:
-        """Pick the base recipe and the next configuration. Raises NotApplicable."""
+    def base_for(self, view: TaskView, base_source: str) -> tuple[Recipe, KernelConfig]:
+        """The base recipe whose kernel is re-emitted, and the configuration it currently has.
+
+        The `# htam-rules:` header of the base source names them; a base not written by a tuned recipe falls
+        back to the first base recipe that applies, at its default configuration. Raises NotApplicable.
+        """
         header = parse_header(base_source)
-        base: Recipe | None = None
-        current: KernelConfig | None = None
         if header is not None and header.recipe in self._bases and self._bases[header.recipe].check(view):
-            base, current = self._bases[header.recipe], header.config
-        else:
-            base = next((b for b in self._bases.values() if b.check(view)), None)
-            if base is None:
-                raise NotApplicable(self.check(view).reason)
-            current = base.default_config
-        ladder = self._ladders[base.key]
-        candidates = [c for c in ladder if c != current]
-        config = candidates[(step + seed) % len(candidates)]
-        note = f"Tuned by {self.key}: {_show(current)} -> {_show(config)}."
-        return TunedSource(base, config, note)
+            return self._bases[header.recipe], header.config
+        base = next((b for b in self._bases.values() if b.check(view)), None)
+        if base is None:
+            raise NotApplicable(self.check(view).reason)
+        return base, base.default_config
 
     def emit(self, view: TaskView, config: KernelConfig) -> str:
-        """Tuning needs the base source; use `choose` and the base recipe (the generator does)."""
-        raise NotApplicable(f"{self.key} re-emits a base kernel: call choose() with the base source")
-
-
-def _show(config: KernelConfig) -> str:
-    text = f"BLOCK={config.block}, num_warps={config.num_warps}"
-    if config.vector_hints:
-        text += ", vector hints"
-    return text
+        """Tuning needs the base source; the generator uses `base_for` and the base recipe."""
+        raise NotApplicable(f"{self.key} re-emits a base kernel: call base_for() with the base source")
 
 
 def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
@@ -137,6 +119,7 @@ def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     block_ladders |= {k: POOL_LADDER for k in _POOL_BASES} | {k: ELEMENTWISE_LADDER for k in _SCALE_BASES}
     block_ladders |= {k: ELEMENTWISE_LADDER for k in _NOOP_BASES}
     block_ladders |= {k: REDUCE_LADDER for k in _REDUCE_BASES}
+    block_ladders |= {k: REDUCE_LADDER for k in _CONV_REDUCE_BASES}
     vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),
