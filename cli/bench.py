@@ -126,6 +126,8 @@ def _command(spec: BenchSpec, out: Path) -> str:
         args += ["--task-timeout", f"{spec.task_timeout_s:g}"]
     if spec.frozen_memory:
         args.append("--frozen-memory")
+    if spec.budget_usd is not None:
+        args += ["--budget-usd", f"{spec.budget_usd:g}"]
     return shlex.join([*args, "--out", str(out)])
 
 
@@ -228,6 +230,8 @@ def _finish(
     "--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Per candidate, s."
 )
 @click.option("--frozen-memory", is_flag=True, help="Evaluate a fixed memory: read it, write nothing back.")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
+              help="One LLM dollar budget shared by every run (kept in DIR/budget.jsonl across resumes).")  # fmt: skip
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--json", "as_json", is_flag=True, help="No progress display; print a JSON summary at the end.")
 @click.pass_obj
@@ -249,6 +253,7 @@ def bench(
     task_timeout_s: float | None,
     timeout_s: float,
     frozen_memory: bool,
+    budget_usd: float | None,
     out_dir: Path,
     as_json: bool,
 ) -> None:
@@ -260,7 +265,10 @@ def bench(
     if not all_selectors:
         raise click.UsageError("give at least one --tasks SELECTOR")
     console = Console(stderr=True, quiet=as_json)
-    _, model, _ = make_backend(backend, None, base_url)  # checks the backend spec (and its key) up front
+    from htam_graph.cli.benchbudget import BenchBudget
+
+    _, model, _ = make_backend(backend, budget_usd, base_url)  # checks the backend (key, price) up front
+    budget = BenchBudget(out_dir, budget_usd)
     runner, resolved = _make_executor(executor, device, workers, task_timeout_s)
     try:
         with store_session(settings) as store:
@@ -271,7 +279,7 @@ def bench(
             policies=list(dict.fromkeys(policies or ("htam",))), steps=steps, device=resolved,
             shape=cast(ShapeVariant, shape), seeds=seeds, workers=workers, executor=executor,
             frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision), language=Language(language),
-            task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s, base_url=base_url,
+            task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s, base_url=base_url, budget_usd=budget_usd,
         )  # fmt: skip
         meta = _bench_meta(spec, out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -283,18 +291,24 @@ def bench(
         results = ResultsLog(out_dir / RESULTS)
         jobs = plan_jobs(spec, tasks, settings, out_dir, results.done)
         total = len(tasks) * len(spec.policies) * len(spec.seeds)
-        _run_with_progress(runner, jobs, results, total, workers, console, as_json)
+        not_run = _run_with_progress(
+            runner, jobs, results, total, workers, console, as_json, budget.may_start
+        )
     finally:
         runner.shutdown()
+    meta["budget"] = budget.summary(not_run, results.rows)
     done = _finish(out_dir, settings, meta, results.rows, console)
     score = Score.of(results.rows)
     summary = {
         "out": str(out_dir), "runs": score.runs, "new": len(jobs), "skipped": total - len(jobs),
         "statuses": score.statuses, "correct": score.correct, "fast_1": score.fast_1,
-        "geomean_eager_x": score.geomean_eager_x, **done,
+        "geomean_eager_x": score.geomean_eager_x, "budget": meta["budget"], **done,
     }  # fmt: skip
+    spent = budget.exhausted(not_run, results.rows)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
+        if spent is not None:
+            raise spent
         return
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(score.statuses.items()))
     console.print(
@@ -303,6 +317,8 @@ def bench(
     console.print(f"  {_score_text(score)} over eager -> {out_dir}")
     if done["report"]:
         console.print(f"  report: {done['report']}")
+    if spent is not None:
+        raise spent  # one line, exit 1: the budget ran out before every run finished
 
 
 def _bench_meta(spec: BenchSpec, out: Path) -> dict[str, Any]:
@@ -338,10 +354,11 @@ def _run_with_progress(
     workers: int,
     console: Console,
     quiet: bool,
-) -> None:
+    may_start: Any = None,
+) -> int:
+    """Drive the jobs (with a progress bar unless `quiet`); returns how many did not run (see `drive`)."""
     if quiet:
-        drive(runner, jobs, results, workers)
-        return
+        return drive(runner, jobs, results, workers, may_start=may_start)
     progress = Progress(
         TextColumn("[bold]bench"),
         BarColumn(),
@@ -361,4 +378,4 @@ def _run_with_progress(
             progress.console.print(_row_line(row))
             progress.update(bar, advance=1, score=_score_text(Score.of(results.rows)))
 
-        drive(runner, jobs, results, workers, on_row=on_row)
+        return drive(runner, jobs, results, workers, on_row=on_row, may_start=may_start)

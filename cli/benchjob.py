@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from htam_graph.errors import BudgetExceeded
 from htam_graph.loop import RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
 from htam_graph.settings import Settings
@@ -62,6 +63,8 @@ class Job:
     frozen_memory: bool
     run_dir: Path  # runs/<task>/<policy>/seed_<n>/ (or a node-local folder under Ray)
     row_path: Path  # where the worker writes its results row (JSON)
+    budget_usd: float | None = None  # the bench's shared dollar limit (--budget-usd), None: none
+    budget_path: Path | None = None  # DIR/budget.jsonl, the ledger every run of the bench writes to
 
     @property
     def triple(self) -> tuple[str, str, int]:
@@ -88,13 +91,21 @@ def run_dir_name(task_key: str, policy: str, seed: int) -> Path:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Run the loop for one job in this process; return its results row (status done or error)."""
+    from htam_graph.cli.benchbudget import FileLedger
     from htam_graph.cli.run import RunFiles, make_backend, summary_of
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
     from htam_graph.loop import OptimizationLoop
     from htam_graph.store import store_session
 
     start = time.perf_counter()
-    generator, model, executable = make_backend(job.backend, None, job.base_url)
+    # No autotune directory: bench runs stay independent (a shared cache would let one policy's runs start
+    # from another's measurements).
+    ledger = None
+    if job.budget_usd is not None and job.budget_path is not None:
+        ledger = FileLedger(job.budget_path, "/".join(map(str, job.triple)))
+    generator, model, executable = make_backend(
+        job.backend, job.budget_usd, job.base_url, precision_policy=job.precision_policy, ledger=ledger
+    )
     cfg = job.run_config()
     files = RunFiles(job.run_dir, job.task.key, multi=False)
     evaluator = SubprocessEvaluator(cache_dir=job.settings.htam_home / "cache")
@@ -113,7 +124,12 @@ def run_job(job: Job) -> dict[str, Any]:
     summary = summary_of(result, cfg, job.backend, model)
     files.finish(result, summary)
     row = result_row(job, result, summary, files.steps, time.perf_counter() - start)
-    if result.backend_error is not None:
+    if isinstance(result.backend_error, BudgetExceeded):
+        # Stopped cleanly by the shared budget: its steps are real results (a run cut short, status done);
+        # a run stopped before its first step did nothing (status budget: the driver drops it, a resume redoes it).
+        status = "done" if result.steps else "budget"
+        row.update(status=status, stopped_reason="budget", error=_one_line(str(result.backend_error)))
+    elif result.backend_error is not None:
         row.update(status="error", error=_one_line(str(result.backend_error)))
     return row
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from htam_graph.cli.benchbudget import BUDGET_FILE
 from htam_graph.cli.benchjob import Job, run_dir_name
 from htam_graph.errors import ConfigError, TaskError
-from htam_graph.importers.kernelbench import scan
+from htam_graph.importers.formats import scan_path
 from htam_graph.importers.tasks_store import get_task, list_tasks, record_tasks
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
 from htam_graph.ports import GraphStore
@@ -83,6 +84,7 @@ class BenchSpec:
     task_timeout_s: float | None
     candidate_timeout_s: float
     base_url: str | None = None
+    budget_usd: float | None = None  # one dollar limit shared by every run (DIR/budget.jsonl)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class BenchSpec:
             "language": self.language.value,
             "task_timeout_s": self.task_timeout_s,
             "candidate_timeout_s": self.candidate_timeout_s,
+            "budget_usd": self.budget_usd,
         }
 
 
@@ -110,7 +113,7 @@ def _select_one(store: GraphStore, selector: str, keys: list[str]) -> list[str]:
     """Task keys named by one selector (see `resolve_selectors`); imports paths into the graph first."""
     path = Path(selector)
     if path.exists():
-        found = scan(path)
+        found = scan_path(path)
         if not found.tasks:
             why = f": {found.skipped[0].path}: {found.skipped[0].reason}" if found.skipped else ""
             raise TaskError(f"no KernelBench-form task under {selector}{why}")
@@ -127,7 +130,7 @@ def _select_one(store: GraphStore, selector: str, keys: list[str]) -> list[str]:
 def resolve_selectors(store: GraphStore, selectors: Sequence[str]) -> list[Task]:
     """The tasks named by SELECTORs, in order, without repeats. A selector is a task key, a glob over task keys
     (`kernelbench/level1/2*`), a key prefix such as a level (`kernelbench/level2`), or a KernelBench folder or
-    `.py` file (imported into the graph first). Raises TaskError (one line) for a selector matching nothing."""
+    `.py` file or a Robust-KBench checkout or task folder (imported into the graph first). Raises TaskError (one line) for a selector matching nothing."""
     keys = [t.key for t in list_tasks(store)]
     chosen: dict[str, None] = {}
     for selector in selectors:
@@ -278,6 +281,8 @@ def plan_jobs(
                         frozen_memory=spec.frozen_memory,
                         run_dir=run_dir,
                         row_path=run_dir / ".row.json",
+                        budget_usd=spec.budget_usd,
+                        budget_path=out_dir / BUDGET_FILE if spec.budget_usd is not None else None,
                     )
                 )
     return jobs
@@ -303,16 +308,28 @@ def drive(
     max_in_flight: int,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_tick: Callable[[], None] | None = None,
-) -> None:
+    may_start: Callable[[], bool] | None = None,
+) -> int:
     """Run `jobs` on `executor`, at most `max_in_flight` at once, appending each row as its run ends.
 
+    `may_start` is asked before each new run (the shared budget): once it says no, no run starts and the
+    ones in flight finish. Returns how many jobs did not run: never started, or stopped by the budget before
+    their first step (status `budget`; not recorded, so a resume runs them).
     On any exit other than completion (Ctrl-C, an error) the runs in flight are killed, not recorded."""
     pending = collections.deque(jobs)
+    not_run = 0
     try:
         while pending or executor.in_flight:
             while pending and executor.in_flight < max_in_flight:
+                if may_start is not None and not may_start():
+                    not_run += len(pending)
+                    pending.clear()
+                    break
                 executor.submit(pending.popleft())
             for row in executor.wait(0.5):
+                if row.get("status") == "budget":
+                    not_run += 1
+                    continue
                 results.append(row)
                 if on_row:
                     on_row(row)
@@ -320,3 +337,4 @@ def drive(
                 on_tick()
     finally:
         executor.shutdown()
+    return not_run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -31,17 +32,45 @@ def pick_device(device: str) -> Device:
     return "cuda" if has_cuda else "cpu"
 
 
-def make_backend(spec: str, budget_usd: float | None, base_url: str | None) -> tuple[Generator, str, Any]:
-    """The generator for `--backend`, its model name, and the executable-locals hook (rules only)."""
+def gpu_name(device: Device) -> str:
+    """The name the evaluator will report for the GPU ("" on the CPU): the autotune cache's device key."""
+    if device != "cuda":
+        return ""
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
+
+
+def make_backend(
+    spec: str,
+    budget_usd: float | None,
+    base_url: str | None,
+    *,
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT,
+    autotune_dir: Path | None = None,
+    device_name: str = "",
+    ledger: Any = None,
+) -> tuple[Generator, str, Any]:
+    """The generator for `--backend`, its model name, and the executable-locals hook (rules only).
+
+    Rules only: `precision_policy` decides which recipes are executable (the precision track's only under a
+    non-strict policy); `autotune_dir` holds the launch-configuration cache (None: remembered in this process
+    only, as in benches, whose runs must stay independent); `device_name` is the GPU the cache is keyed by.
+    LLM backends only: `ledger` (a `SpendLedger`) makes `budget_usd` a limit shared with every other tracker
+    writing to that ledger (a bench's --budget-usd).
+    """
     if spec == "rules":
         from htam_graph.rules import RulesGenerator
+        from htam_graph.rules.autotune import AutotuneCache, Autotuner
 
-        rules = RulesGenerator()
-        return rules, "rules", rules.recipes_for
+        rules = RulesGenerator(autotuner=Autotuner(AutotuneCache(autotune_dir), device_name))
+        return rules, "rules", functools.partial(rules.recipes_for, precision_policy=precision_policy)
     from htam_graph.llm.budget import BudgetTracker
     from htam_graph.llm.registry import make_generator
 
-    generator = make_generator(spec, env=os.environ, base_url=base_url, budget=BudgetTracker(budget_usd))
+    generator = make_generator(
+        spec, env=os.environ, base_url=base_url, budget=BudgetTracker(budget_usd, ledger)
+    )
     return generator, getattr(generator, "model", spec), None
 
 
@@ -193,10 +222,10 @@ def run(
 ) -> None:
     """Optimise TASKS (task keys, KernelBench files or your own files in that form) with the HTAM loop."""
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.rules.autotune import default_cache_dir
     from htam_graph.store import store_session
 
     console = Console(stderr=True, quiet=as_json)
-    generator, model, executable = make_backend(backend, budget_usd, base_url)
     cfg = RunConfig(
         steps=steps,
         policy=policy_name,
@@ -207,6 +236,14 @@ def run(
         seed=seed,
         timeout_s=timeout_s,
         record=not frozen_memory,
+    )
+    generator, model, executable = make_backend(
+        backend,
+        budget_usd,
+        base_url,
+        precision_policy=cfg.precision_policy,
+        autotune_dir=None if frozen_memory else default_cache_dir(settings.htam_home),
+        device_name=gpu_name(cfg.device),
     )
     evaluator = SubprocessEvaluator(cache_dir=settings.htam_home / "cache")
     summaries = []

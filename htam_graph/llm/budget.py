@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 from htam_graph.errors import BudgetExceeded, ConfigError
 from htam_graph.model import Usage
@@ -22,6 +23,18 @@ class RunTotals:
     cost_known: bool  # False once any call had no known price (the dollar total is then a lower bound)
 
 
+class SpendLedger(Protocol):
+    """Dollars spent by several trackers together (a bench's shared budget; see cli/benchbudget.py)."""
+
+    def spent_usd(self) -> float:
+        """The total recorded by every participant so far."""
+        ...
+
+    def record(self, usage: Usage) -> None:
+        """Add one call's cost to the shared total."""
+        ...
+
+
 class BudgetTracker:
     """Accumulates the `Usage` of every generator call of a run and enforces an optional dollar limit.
 
@@ -30,10 +43,13 @@ class BudgetTracker:
     the overshoot is bounded by one call's cost.
     """
 
-    def __init__(self, limit_usd: float | None = None) -> None:
+    def __init__(self, limit_usd: float | None = None, ledger: SpendLedger | None = None) -> None:
+        """With a `ledger`, the limit applies to the ledger's shared total (every tracker writing to it), not
+        to this tracker's own calls; `totals()` stays this tracker's own."""
         if limit_usd is not None and limit_usd < 0:
             raise ConfigError(f"budget must be >= 0 USD, got {limit_usd}")
         self.limit_usd = limit_usd
+        self.ledger = ledger
         self._lock = threading.Lock()
         self._usages: list[Usage] = []
 
@@ -41,21 +57,28 @@ class BudgetTracker:
         """Raise `BudgetExceeded` if the limit is set and already spent."""
         if self.limit_usd is None:
             return
-        spent = self.totals().cost_usd
+        spent = self.spent_usd()
         if spent >= self.limit_usd:
-            raise BudgetExceeded(f"budget of ${self.limit_usd:.2f} spent (${spent:.4f} used)")
+            shared = "shared " if self.ledger is not None else ""
+            raise BudgetExceeded(f"{shared}budget of ${self.limit_usd:.2f} spent (${spent:.4f} used)")
+
+    def spent_usd(self) -> float:
+        """What counts against the limit: the ledger's shared total, else this tracker's own."""
+        return self.ledger.spent_usd() if self.ledger is not None else self.totals().cost_usd
 
     def add(self, usage: Usage) -> None:
         """Record one call's usage (a step's share of the run)."""
         with self._lock:
             self._usages.append(usage)
+        if self.ledger is not None:
+            self.ledger.record(usage)
 
     @property
     def remaining_usd(self) -> float | None:
         """Dollars left, or None without a limit."""
         if self.limit_usd is None:
             return None
-        return max(0.0, self.limit_usd - self.totals().cost_usd)
+        return max(0.0, self.limit_usd - self.spent_usd())
 
     def totals(self) -> RunTotals:
         """The run's totals so far."""
