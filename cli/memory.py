@@ -38,6 +38,7 @@ def _open(ctx: click.Context) -> GraphStore:
     store = open_store(settings)
     try:
         memory.ensure_seeded(store)
+        memory.repair_pending(store)  # finish what a killed writer left half-recorded (no-op otherwise)
     except BaseException:
         store.close()
         raise

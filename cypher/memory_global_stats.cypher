@@ -2,20 +2,35 @@
 // params: rows
 // returns: updated
 // Adds attempt outcomes to each chosen global: totals on the node and per-architecture STATS_ON edges to its Gpu.
-// Pre-aggregated in Python: one row per global, one `archs` entry per (global, gpu_arch); Gpu nodes exist.
-// Increments are `coalesce(x, 0) + d` in one SET (no ON CREATE SET before it: FalkorDB's consecutive-SET trap).
+// rows: one per attempt [{key, global_key, gpu_arch, successes, gain_sum, compile_failures}]. Only attempts
+// still pending this step (`pend_global`) count, and their marker is cleared in this same statement, so a
+// re-run after a crash never counts twice. Aggregation happens here, after that filter: one row per
+// (global, gpu_arch) reaches the STATS_ON MERGE (FalkorDB crashes / loses increments when one batch MERGEs the
+// same relationship twice), then one per global reaches the node SET. Gpu nodes exist. `sum` of integers is a
+// float on FalkorDB, hence toInteger.
+// `SET a.pend_global = a.pend_global` first: on Neo4j a SET reading the property takes the node's write lock before
+// reading it, so two writers (a repair racing a live writer) never both see the marker (read-committed);
+// FalkorDB runs write queries one at a time.
 UNWIND $rows AS r
-MATCH (g:Global {key: r.key})
-SET g.attempts = coalesce(g.attempts, 0) + r.attempts,
-    g.successes = coalesce(g.successes, 0) + r.successes,
-    g.gain_sum = coalesce(g.gain_sum, 0.0) + r.gain_sum,
-    g.compile_failures = coalesce(g.compile_failures, 0) + r.compile_failures
-WITH g, r
-UNWIND r.archs AS s
-MATCH (gpu:Gpu {key: s.gpu_arch})
+MATCH (a:Attempt {key: r.key})
+SET a.pend_global = a.pend_global
+WITH a, r
+WHERE a.pend_global = true
+SET a.pend_global = null
+WITH r
+WITH r.global_key AS gk, r.gpu_arch AS arch, count(r) AS n, toInteger(sum(r.successes)) AS succ,
+     sum(r.gain_sum) AS gain, toInteger(sum(r.compile_failures)) AS cf
+MATCH (g:Global {key: gk})
+MATCH (gpu:Gpu {key: arch})
 MERGE (g)-[e:STATS_ON]->(gpu)
-SET e.attempts = coalesce(e.attempts, 0) + s.attempts,
-    e.successes = coalesce(e.successes, 0) + s.successes,
-    e.gain_sum = coalesce(e.gain_sum, 0.0) + s.gain_sum,
-    e.compile_failures = coalesce(e.compile_failures, 0) + s.compile_failures
-RETURN count(e) AS updated
+SET e.attempts = coalesce(e.attempts, 0) + n,
+    e.successes = coalesce(e.successes, 0) + succ,
+    e.gain_sum = coalesce(e.gain_sum, 0.0) + gain,
+    e.compile_failures = coalesce(e.compile_failures, 0) + cf
+WITH g, n, succ, gain, cf
+WITH g, toInteger(sum(n)) AS n, toInteger(sum(succ)) AS succ, sum(gain) AS gain, toInteger(sum(cf)) AS cf
+SET g.attempts = coalesce(g.attempts, 0) + n,
+    g.successes = coalesce(g.successes, 0) + succ,
+    g.gain_sum = coalesce(g.gain_sum, 0.0) + gain,
+    g.compile_failures = coalesce(g.compile_failures, 0) + cf
+RETURN count(g) AS updated

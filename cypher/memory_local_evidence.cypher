@@ -2,19 +2,33 @@
 // params: rows
 // returns: updated
 // Adds evidence to each applied local strategy: totals on the node and per-architecture EVIDENCE_ON edges.
-// Pre-aggregated in Python: one row per local, one `archs` entry per (local, gpu_arch); Gpu nodes exist.
+// rows: one per attempt [{key, local_key, gpu_arch, positives, negatives, gain_sum}]. Only attempts still
+// pending this step (`pend_local`) count, and their marker is cleared in this same statement (a re-run after a
+// crash never counts twice); aggregation per (local, gpu_arch) and then per local happens after that filter,
+// so the EVIDENCE_ON MERGE sees each edge once. Gpu nodes exist.
+// `SET a.pend_local = a.pend_local` first: on Neo4j a SET reading the property takes the node's write lock before
+// reading it, so two writers (a repair racing a live writer) never both see the marker (read-committed);
+// FalkorDB runs write queries one at a time.
 UNWIND $rows AS r
-MATCH (l:Local {key: r.key})
-SET l.attempts = coalesce(l.attempts, 0) + r.attempts,
-    l.positives = coalesce(l.positives, 0) + r.positives,
-    l.negatives = coalesce(l.negatives, 0) + r.negatives,
-    l.gain_sum = coalesce(l.gain_sum, 0.0) + r.gain_sum
-WITH l, r
-UNWIND r.archs AS s
-MATCH (gpu:Gpu {key: s.gpu_arch})
+MATCH (a:Attempt {key: r.key})
+SET a.pend_local = a.pend_local
+WITH a, r
+WHERE a.pend_local = true
+SET a.pend_local = null
+WITH r
+WITH r.local_key AS lk, r.gpu_arch AS arch, count(r) AS n, toInteger(sum(r.positives)) AS pos,
+     toInteger(sum(r.negatives)) AS neg, sum(r.gain_sum) AS gain
+MATCH (l:Local {key: lk})
+MATCH (gpu:Gpu {key: arch})
 MERGE (l)-[e:EVIDENCE_ON]->(gpu)
-SET e.attempts = coalesce(e.attempts, 0) + s.attempts,
-    e.positives = coalesce(e.positives, 0) + s.positives,
-    e.negatives = coalesce(e.negatives, 0) + s.negatives,
-    e.gain_sum = coalesce(e.gain_sum, 0.0) + s.gain_sum
-RETURN count(e) AS updated
+SET e.attempts = coalesce(e.attempts, 0) + n,
+    e.positives = coalesce(e.positives, 0) + pos,
+    e.negatives = coalesce(e.negatives, 0) + neg,
+    e.gain_sum = coalesce(e.gain_sum, 0.0) + gain
+WITH l, n, pos, neg, gain
+WITH l, toInteger(sum(n)) AS n, toInteger(sum(pos)) AS pos, toInteger(sum(neg)) AS neg, sum(gain) AS gain
+SET l.attempts = coalesce(l.attempts, 0) + n,
+    l.positives = coalesce(l.positives, 0) + pos,
+    l.negatives = coalesce(l.negatives, 0) + neg,
+    l.gain_sum = coalesce(l.gain_sum, 0.0) + gain
+RETURN count(l) AS updated

@@ -60,7 +60,8 @@ REL_TYPES: frozenset[str] = frozenset(
 )
 GLOBAL_STATS = ("attempts", "successes", "gain_sum", "compile_failures")
 LOCAL_STATS = ("attempts", "positives", "negatives", "gain_sum")
-_ATTEMPT_DERIVED = ("positive", "write_token")  # written by record_attempts, not AttemptRecord fields
+# written by record_attempts, not AttemptRecord fields (the pending markers only on an interrupted recording)
+_ATTEMPT_DERIVED = ("positive", "write_token", *memory.PENDING_STEPS)
 
 
 class Manifest(BaseModel):
@@ -102,6 +103,7 @@ def export_bank(store: GraphStore, path: Path) -> Manifest:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    memory.repair_pending(store)  # never export the half-applied stats of an interrupted recording
     nodes: Counter[str] = Counter()
     rels: Counter[str] = Counter()
     digest = hashlib.sha256()

@@ -1,6 +1,7 @@
 """The HTG memory operations: seeding, recording attempt outcomes, and reading directions, strategies, examples
 and policy scores. Orchestration only: every statement is a named `.cypher` file run through the `GraphStore`
-port; all arithmetic that needs a whole batch (pre-aggregation per key) happens here in Python.
+port. Per-attempt values (polarity, counted gain) are computed here in Python; the per-key sums are formed
+inside each statement, after it has kept only the attempts still pending that step.
 
 Evidence semantics (one attempt):
 - positive iff status == "improved", compiled, correct, no error kind (so never `hack_detected`) and gain > 0;
@@ -10,15 +11,21 @@ Evidence semantics (one attempt):
 - compile failure iff not compiled.
 Stats are sums and counts (means derived on read), kept in totals on the nodes and per GPU architecture on
 STATS_ON / EVIDENCE_ON edges to `(:Gpu)` and on one TRANSITION edge per (src, dst, gpu_arch).
+
+Crash safety (neither engine gives multi-statement transactions through the port; each statement is atomic):
+a new Attempt carries one marker per step still to apply (`pend_link`, `pend_global`, `pend_local`,
+`pend_transition`); each step's statement filters on its marker, aggregates per key in Cypher, applies the
+increments and clears the marker in one statement. `repair_pending` re-runs the steps of marked attempts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
 import uuid
-from collections import defaultdict
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -45,6 +52,10 @@ log = logging.getLogger(__name__)
 PRIOR_ARCH = "prior"  # gpu_arch of the seed's prior TRANSITION edges; reserved
 UNKNOWN_ARCH = "unknown"  # gpu_arch recorded when an attempt names none
 BATCH_SIZE = 1000
+# Stores this process has already repaired with nothing of its own left half-written since. The repair scans
+# every Attempt (about 5 us each on the embedded engine), so record_attempts pays it once per store object, i.e.
+# once per process that a killed writer could have preceded, and again after any of its own writes failed.
+_REPAIRED: weakref.WeakSet[GraphStore] = weakref.WeakSet()
 
 
 class SeedCounts(BaseModel):
@@ -165,7 +176,9 @@ def record_attempts(store: GraphStore, records: Iterable[AttemptRecord], batch_s
     """Record attempts in batches: outcome records, global stats, local evidence and transitions.
 
     An attempt whose key is already in the graph is skipped entirely (re-recording and re-importing are
-    no-ops, also between concurrent writers). Raises UnknownKeyError, before writing anything, when a
+    no-ops, also between concurrent writers). Crash-safe: attempt_merge marks each new attempt with its pending
+    steps and every later statement applies and clears its step atomically, so a writer killed between two
+    statements leaves marked attempts that `repair_pending` (run first here) completes exactly once. Raises UnknownKeyError, before writing anything, when a
     global or local key is not in the memory. Returns the number of attempts newly recorded.
     """
     unique = _dedupe(records)
@@ -186,34 +199,76 @@ def record_attempts(store: GraphStore, records: Iterable[AttemptRecord], batch_s
     )
     if missing_gpus:
         store.run("memory_gpu_merge", {"keys": missing_gpus})
+    _repair_once(store)  # an earlier writer killed mid-batch: finish its attempts before adding ours
     created = 0
-    for start in range(0, len(unique), batch_size):
-        created += _record_batch(store, unique[start : start + batch_size])
+    try:
+        for start in range(0, len(unique), batch_size):
+            created += _record_batch(store, unique[start : start + batch_size])
+    except BaseException:
+        _REPAIRED.discard(store)  # our own batch may be half-applied: the next call repairs it
+        raise
     return created
 
 
 def _record_batch(store: GraphStore, batch: Sequence[AttemptRecord]) -> int:
     token = uuid.uuid4().hex
-    rows = store.run(
-        "attempt_merge", {"rows": [{"key": r.key, "props": _attempt_props(r)} for r in batch], "token": token}
-    )
+    rows = store.run("attempt_merge", {"rows": [_merge_row(r) for r in batch], "token": token})
     new_keys = {row["key"] for row in rows if row["created"]}
     new = [r for r in batch if r.key in new_keys]
-    if not new:
-        return 0
-    # Each of the four logical writes is one UNWIND statement over rows pre-aggregated per key.
-    store.run("attempt_link", {"rows": [_link_row(r) for r in new]})
-    evidence = [r for r in new if is_evidence(r)]
-    if not evidence:
-        return len(new)
-    store.run("memory_global_stats", {"rows": _global_rows(evidence)})
-    local_rows = _local_rows(evidence)
-    if local_rows:
-        store.run("memory_local_evidence", {"rows": local_rows})
-    transition_rows = _transition_rows(evidence)
-    if transition_rows:
-        store.run("memory_transitions", {"rows": transition_rows})
+    if new:
+        _apply_steps(store, new)
     return len(new)
+
+
+def _apply_steps(store: GraphStore, records: Sequence[AttemptRecord]) -> None:
+    """Run the four steps after attempt_merge. Each statement applies only to attempts still carrying that
+    step's pending marker and clears it in the same (atomic) statement, so running them again -- after a
+    crash, or from `repair_pending` racing a live writer -- never counts an attempt twice."""
+    store.run("attempt_link", {"rows": [_link_row(r) for r in records]})
+    evidence = [r for r in records if is_evidence(r)]
+    for name, rows in (
+        ("memory_global_stats", _global_rows(evidence)),
+        ("memory_local_evidence", _local_rows(evidence)),
+        ("memory_transitions", _transition_rows(evidence)),
+    ):
+        if rows:
+            store.run(name, {"rows": rows})
+
+
+def repair_pending(store: GraphStore, batch_size: int = BATCH_SIZE) -> int:
+    """Complete the recording steps a killed writer left undone (attempts still carrying a pending marker)
+    from their stored properties; returns how many attempts were pending. Idempotent: a second call finds
+    nothing. Safe next to a live writer (each step applies per attempt at most once)."""
+    repaired = 0
+    after = ""
+    while True:
+        rows = store.run("attempt_pending", {"after": after, "limit": batch_size})
+        if not rows:
+            break
+        records = [_stored_record(r["key"], r["props"]) for r in rows]
+        _apply_steps(store, records)
+        repaired += len(records)
+        after = rows[-1]["key"]
+        if len(rows) < batch_size:
+            break
+    if repaired:
+        log.warning("completed the recording of %d attempt(s) an interrupted writer left pending", repaired)
+    return repaired
+
+
+def _repair_once(store: GraphStore) -> None:
+    if store in _REPAIRED:
+        return
+    repair_pending(store)
+    with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: repaired on every call
+        _REPAIRED.add(store)
+
+
+def _stored_record(key: str, props: dict[str, Any]) -> AttemptRecord:
+    """The AttemptRecord an Attempt node was written from (without its kernel source, which lives on the Kernel
+    node attempt_merge created; `kernel_sha256` names it)."""
+    fields = {k: v for k, v in props.items() if k in AttemptRecord.model_fields and k != "key"}
+    return AttemptRecord(key=key, **fields)
 
 
 def check_keys(
@@ -255,10 +310,32 @@ def _dedupe(records: Iterable[AttemptRecord]) -> list[AttemptRecord]:
     return list(seen.values())
 
 
+PENDING_STEPS = ("pend_link", "pend_global", "pend_local", "pend_transition")  # markers on an Attempt node
+
+
+def _merge_row(r: AttemptRecord) -> dict[str, Any]:
+    return {
+        "key": r.key,
+        "props": _attempt_props(r),
+        "kernel_key": kernel_key(r),
+        "kernel_language": r.kernel_language.value if r.kernel_language else None,
+        "kernel_source": r.kernel_source,
+    }
+
+
 def _attempt_props(r: AttemptRecord) -> dict[str, Any]:
     props = r.model_dump(mode="json", exclude={"key", "kernel_source"})
+    evidence = is_evidence(r)
     props.update(
-        gpu_arch=arch_of(r), kernel_sha256=kernel_key(r), positive=is_positive(r), created_ms=r.created_ms
+        gpu_arch=arch_of(r),
+        kernel_sha256=kernel_key(r),
+        positive=is_positive(r),
+        created_ms=r.created_ms,
+        # Pending-step markers (None: the step does not apply and is never marked); see _apply_steps.
+        pend_link=True,
+        pend_global=True if evidence else None,
+        pend_local=True if evidence and r.local_key else None,
+        pend_transition=True if evidence and r.prev_global_key else None,
     )
     return _drop_none(props)
 
@@ -274,78 +351,56 @@ def _link_row(r: AttemptRecord) -> dict[str, Any]:
         "positive": is_positive(r),
         "prev_attempt_key": r.prev_attempt_key,
         "kernel_key": kernel_key(r),
-        "kernel_language": r.kernel_language.value if r.kernel_language else None,
-        "kernel_source": r.kernel_source,
     }
 
 
-def _add(acc: dict[str, Any], values: dict[str, Any]) -> None:
-    for k, v in values.items():
-        acc[k] = acc.get(k, 0) + v
-
-
-def _global_rows(new: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
-    totals: dict[str, dict[str, Any]] = defaultdict(dict)
-    per_arch: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
-    for r in new:
-        d = {
-            "attempts": 1,
+def _global_rows(evidence: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+    """One row per attempt: memory_global_stats aggregates per (global, gpu_arch) in Cypher, after keeping
+    only attempts still pending the step (a per-key Python pre-aggregation could not honour that guard)."""
+    return [
+        {
+            "key": r.key,
+            "global_key": r.global_key,
+            "gpu_arch": arch_of(r),
             "successes": int(is_positive(r)),
             "gain_sum": counted_gain(r),
             "compile_failures": int(not r.compiled),
         }
-        _add(totals[r.global_key], d)
-        _add(per_arch[r.global_key][arch_of(r)], d)
-    return [
-        {
-            "key": k,
-            **_floaty(v),
-            "archs": [{"gpu_arch": a, **_floaty(s)} for a, s in sorted(per_arch[k].items())],
-        }
-        for k, v in sorted(totals.items())
+        for r in evidence
     ]
 
 
-def _local_rows(new: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
-    totals: dict[str, dict[str, Any]] = defaultdict(dict)
-    per_arch: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
-    for r in new:
-        if r.local_key is None:
-            continue
-        pos = is_positive(r)
-        d = {"attempts": 1, "positives": int(pos), "negatives": int(not pos), "gain_sum": counted_gain(r)}
-        _add(totals[r.local_key], d)
-        _add(per_arch[r.local_key][arch_of(r)], d)
+def _local_rows(evidence: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+    """One row per attempt that applied a local strategy (aggregated per key in memory_local_evidence)."""
     return [
         {
-            "key": k,
-            **_floaty(v),
-            "archs": [{"gpu_arch": a, **_floaty(s)} for a, s in sorted(per_arch[k].items())],
+            "key": r.key,
+            "local_key": r.local_key,
+            "gpu_arch": arch_of(r),
+            "positives": int(is_positive(r)),
+            "negatives": int(not is_positive(r)),
+            "gain_sum": counted_gain(r),
         }
-        for k, v in sorted(totals.items())
+        for r in evidence
+        if r.local_key is not None
     ]
 
 
-def _transition_rows(new: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
-    edges: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
-    for r in new:
-        if r.prev_global_key is None:
-            continue
-        _add(
-            edges[(r.prev_global_key, r.global_key, arch_of(r))],
-            {
-                "count": 1,
-                "successes": int(is_positive(r)),
-                "gain_sum": counted_gain(r),
-                "compile_failures": int(not r.compiled),
-            },
-        )
-    return [{"src": s, "dst": d, "gpu_arch": a, **_floaty(v)} for (s, d, a), v in sorted(edges.items())]
-
-
-def _floaty(values: dict[str, Any]) -> dict[str, Any]:
-    """Sums of gains are floats even when every gain was 0 (integer arithmetic truncates in Cypher)."""
-    return {k: float(v) if k == "gain_sum" else int(v) for k, v in values.items()}
+def _transition_rows(evidence: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+    """One row per attempt with a previous direction (aggregated per edge in memory_transitions)."""
+    return [
+        {
+            "key": r.key,
+            "src": r.prev_global_key,
+            "dst": r.global_key,
+            "gpu_arch": arch_of(r),
+            "successes": int(is_positive(r)),
+            "gain_sum": counted_gain(r),
+            "compile_failures": int(not r.compiled),
+        }
+        for r in evidence
+        if r.prev_global_key is not None
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ reading

@@ -90,16 +90,20 @@ def test_evidence_polarity_and_counted_gain(kw: dict[str, Any], positive: bool, 
     assert memory.counted_gain(r) == pytest.approx(gain)
 
 
-def test_batch_is_pre_aggregated_per_key() -> None:
+def test_batch_rows_are_per_attempt_and_marked_pending() -> None:
+    """Per-key aggregation moved into the statements (after the pending filter): rows are one per attempt, and
+    attempt_merge marks each new attempt with exactly the steps that apply to it."""
     store = FakeStore(missing=frozenset({"sm_80"}))  # sm_90 has its Gpu node already
     batch = [
         rec(f"a{i}", prev_global_key="p", local_key="g.x", gpu_arch=("sm_90", "sm_90", "sm_80")[i])
         for i in range(3)
     ]
-    assert memory.record_attempts(store, batch) == 3
+    batch.append(rec("inf", error_kind="infra_error", status="failed", correct=False, gain=0.0))
+    assert memory.record_attempts(store, batch) == 4
     assert store.names() == [
         "memory_key_check",
         "memory_gpu_merge",
+        "attempt_pending",  # repair of an interrupted writer first (the fake holds none)
         "attempt_merge",
         "attempt_link",
         "memory_global_stats",
@@ -107,14 +111,25 @@ def test_batch_is_pre_aggregated_per_key() -> None:
         "memory_transitions",
     ]
     trans = store.params("memory_transitions")["rows"]
-    assert [(r["src"], r["dst"], r["gpu_arch"], r["count"]) for r in trans] == [
-        ("p", "g", "sm_80", 1),
-        ("p", "g", "sm_90", 2),
+    assert [(r["key"], r["src"], r["dst"], r["gpu_arch"]) for r in trans] == [
+        ("a0", "p", "g", "sm_90"),
+        ("a1", "p", "g", "sm_90"),
+        ("a2", "p", "g", "sm_80"),
     ]
-    (g,) = store.params("memory_global_stats")["rows"]
-    assert (g["key"], g["attempts"], g["successes"]) == ("g", 3, 3) and g["gain_sum"] == pytest.approx(0.6)
-    assert [(a["gpu_arch"], a["attempts"]) for a in g["archs"]] == [("sm_80", 1), ("sm_90", 2)]
-    assert isinstance(g["gain_sum"], float) and isinstance(g["archs"][0]["gain_sum"], float)
+    glob = store.params("memory_global_stats")["rows"]
+    assert [(g["key"], g["global_key"], g["successes"]) for g in glob] == [
+        (f"a{i}", "g", 1) for i in range(3)
+    ]
+    assert all(isinstance(g["gain_sum"], float) and g["gain_sum"] == pytest.approx(0.2) for g in glob)
+    assert [r["key"] for r in store.params("attempt_link")["rows"]] == ["a0", "a1", "a2", "inf"]
+    marks = {
+        r["key"]: sorted(k for k in r["props"] if k.startswith("pend_"))
+        for r in store.params("attempt_merge")["rows"]
+    }
+    assert marks["a0"] == ["pend_global", "pend_link", "pend_local", "pend_transition"]
+    assert marks["inf"] == [
+        "pend_link"
+    ]  # an infrastructure failure is no evidence: only its links are pending
     assert store.params("memory_gpu_merge")["keys"] == ["sm_80"]  # only the missing Gpu is created
 
 
@@ -124,7 +139,7 @@ def test_known_attempts_add_no_stats() -> None:
         memory.record_attempts(store, [rec("a0", prev_global_key="p"), rec("a1", prev_global_key="p")]) == 1
     )
     assert [r["key"] for r in store.params("attempt_link")["rows"]] == ["a1"]
-    assert store.params("memory_transitions")["rows"][0]["count"] == 1
+    assert [r["key"] for r in store.params("memory_transitions")["rows"]] == ["a1"]
     store.calls.clear()
     assert memory.record_attempts(store, [rec("a0"), rec("a1")]) == 0
     assert "attempt_link" not in store.names() and "memory_global_stats" not in store.names()
