@@ -1,7 +1,8 @@
 """Analyse a task's reference forward with torch.fx into a small typed op graph (`htam_graph.rules.ops`).
 
 The model and its inputs are built on the meta device (the task's own sizes, no memory, no arithmetic), traced
-with `torch.fx.symbolic_trace` and shape-propagated. Every call is normalised to a canonical op; anything not in
+with `torch.fx.symbolic_trace` (with fallbacks for `fn=` defaults and shape introspection: analysis_trace.py)
+and shape-propagated. Every call is normalised to a canonical op; anything not in
 the tables (control flow, reductions, views, unknown modules) makes the task not applicable, with the reason:
 the rules never guess.
 
@@ -18,6 +19,7 @@ import types
 import warnings
 from typing import Any
 
+from htam_graph.rules.analysis_functional import functional_norm_node, is_functional_norm
 from htam_graph.rules.analysis_structural import (
     cat_node,
     check_total_scan_loss,
@@ -25,6 +27,7 @@ from htam_graph.rules.analysis_structural import (
     int_valued,
     refined_kind,
 )
+from htam_graph.rules.analysis_trace import trace_model
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import (
     IGNORED_KWARGS,
@@ -92,7 +95,8 @@ def _analyse(source: str) -> OpGraph:
             raise NotApplicable(
                 f"building the model on the meta device failed: {type(e).__name__}: {e}"
             ) from e
-    gm = _trace(model)
+    traced = trace_model(model, inputs)
+    gm = traced.module
     try:
         from torch.fx.passes.shape_prop import ShapeProp
 
@@ -102,18 +106,11 @@ def _analyse(source: str) -> OpGraph:
     except Exception as e:
         raise NotApplicable(f"shape propagation failed: {type(e).__name__}: {e}") from e
     graph = _normalise(gm, with_shapes=True)
-    return _with_attribute_scalars(graph, namespace, init_inputs, model)
+    if traced.shape_specialised:
+        import dataclasses
 
-
-def _trace(model: Any) -> Any:
-    import torch.fx
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # fx deprecation chatter is not the task's problem
-            return torch.fx.symbolic_trace(model)
-    except Exception as e:
-        raise NotApplicable(f"torch.fx cannot trace the forward ({type(e).__name__}: {e})") from e
+        graph = dataclasses.replace(graph, shape_specialised=True)
+    return _with_attribute_scalars(graph, namespace, init_inputs, model, inputs)
 
 
 # ------------------------------------------------------------------------------------------- normalisation
@@ -207,6 +204,8 @@ def _call_node(
     shape, dtype = _meta(fx_node, with_shapes)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
+    if is_functional_norm(fx_node):
+        return functional_norm_node(fx_node, lambda a: _value(a, names), shape, dtype)
     if fx_node.op == "call_function":
         sig = _function_signature(fx_node.target)
         origin = f"{getattr(fx_node.target, '__module__', None) or 'torch'}.{fx_node.target.__name__}"
@@ -423,7 +422,7 @@ def _root_scalars(model: Any) -> list[tuple[str, float | int]]:
 
 
 def _with_attribute_scalars(
-    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any
+    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any, inputs: list[Any]
 ) -> OpGraph:
     """Replace constants that are root numeric attributes by AttrScalar (see the module docstring).
 
@@ -437,11 +436,11 @@ def _with_attribute_scalars(
     if not scalars:
         return graph
     markers = {name: _marker(i, value) for i, (name, value) in enumerate(scalars)}
-    marked = _mark_with(graph, namespace, init_inputs, markers)
+    marked = _mark_with(graph, namespace, init_inputs, inputs, markers)
     if marked is not None:
         return marked
     for name, marker in markers.items():
-        graph = _mark_with(graph, namespace, init_inputs, {name: marker}) or graph
+        graph = _mark_with(graph, namespace, init_inputs, inputs, {name: marker}) or graph
     return graph
 
 
@@ -451,7 +450,11 @@ def _marker(i: int, value: float | int) -> float | int:
 
 
 def _mark_with(
-    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], markers: dict[str, float | int]
+    graph: OpGraph,
+    namespace: dict[str, Any],
+    init_inputs: list[Any],
+    inputs: list[Any],
+    markers: dict[str, float | int],
 ) -> OpGraph | None:
     """The graph with the constants that follow `markers` replaced; None if the marked trace differs."""
     import dataclasses
@@ -463,7 +466,7 @@ def _mark_with(
     for name, marker in markers.items():
         setattr(twin, name, marker)
     try:
-        marked = _normalise(_trace(twin), with_shapes=False)
+        marked = _normalise(trace_model(twin, inputs).module, with_shapes=False)
     except NotApplicable:
         return None
     if [(n.op, n.kind) for n in marked.nodes] != [(n.op, n.kind) for n in graph.nodes]:

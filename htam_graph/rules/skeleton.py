@@ -62,10 +62,27 @@ def _skeleton(source: str) -> ModelSkeleton:
     init = _SuperRewriter().visit(init)
     ast.fix_missing_locations(init)
     init_source = "\n".join("    " + line if line else line for line in ast.unparse(init).splitlines())
-    forward_args = tuple(a.arg for a in forward.args.args[1:])
     if forward.args.vararg or forward.args.kwarg or forward.args.kwonlyargs:
         raise NotApplicable("Model.forward takes *args/**kwargs or keyword-only arguments")
+    forward_args = _forward_args(forward)
     return ModelSkeleton(_merge_imports(imports), init_source, forward_args)
+
+
+def _forward_args(forward: ast.FunctionDef) -> tuple[str, ...]:
+    """ModelNew.forward's parameters: the task's names; a default is kept when it is a literal and becomes None
+    otherwise (`fn=forward_fn` names a function the standalone file lacks; the analysis traced that default,
+    so the kernel computes what the task computes when the parameter is not passed)."""
+    params = forward.args.args[1:]
+    defaults = [None] * (len(params) - len(forward.args.defaults)) + list(forward.args.defaults)
+    out = []
+    for param, default in zip(params, defaults, strict=True):
+        if default is None:
+            out.append(param.arg)
+        elif isinstance(default, ast.Constant):
+            out.append(f"{param.arg}={ast.unparse(default)}")
+        else:
+            out.append(f"{param.arg}=None")
+    return tuple(out)
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:

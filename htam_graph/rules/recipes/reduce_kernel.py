@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.fused_elementwise import identifier
-from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value
+from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value, number
 from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
 from htam_graph.rules.triton_math import emit_op, render_literal
 
@@ -108,6 +108,7 @@ _STAT_OF = {
     "softmax": "lse",
     "log_softmax": "lse",
     "nn_layer_norm": "welford",
+    "layer_norm": "welford",  # F.layer_norm (no module)
     "nn_group_norm": "welford",
     "nn_instance_norm": "welford",
 }
@@ -546,7 +547,7 @@ def _is_affine(plan: ReducePlan, ref: str) -> bool:
 def _layout_args(reducer: OpNode) -> list[str]:
     if reducer.kind is OpKind.NORM:
         args = ["eps: float"]
-        if reducer.op == "nn_layer_norm":
+        if reducer.op in ("nn_layer_norm", "layer_norm"):
             args.append("normalized_shape: tuple[int, ...]")
         if reducer.op == "nn_group_norm":
             args.append("num_groups: int")
@@ -557,7 +558,7 @@ def _layout_args(reducer: OpNode) -> list[str]:
 
 def _layout_lines(plan: ReducePlan) -> list[str]:
     reducer = plan.reducer
-    if reducer.op == "nn_layer_norm":
+    if reducer.op in ("nn_layer_norm", "layer_norm"):
         return [
             "    k = len(normalized_shape)",
             "    if tuple(full_shape[-k:]) != tuple(normalized_shape):",
@@ -599,6 +600,8 @@ def launcher_call(plan: ReducePlan) -> tuple[list[str], list[str]]:
     """(call arguments, guard lines) for ModelNew.forward."""
     reducer = plan.reducer
     args = [lf.expr for lf in plan.leaves] + [s.expr for s in plan.scalars]
+    if reducer.op == "layer_norm":
+        return [*args, *_functional_layer_norm_args(plan)], []
     if reducer.kind is OpKind.NORM:
         path = reducer.module_path
         eps = reducer.param("eps")
@@ -614,3 +617,18 @@ def launcher_call(plan: ReducePlan) -> tuple[list[str], list[str]]:
     expr, _ = reduce_dims(reducer)
     args.append(expr)
     return args, []
+
+
+def _functional_layer_norm_args(plan: ReducePlan) -> list[str]:
+    """eps and normalized_shape of `F.layer_norm`: torch requires weight.shape == bias.shape ==
+    normalized_shape, so an affine operand gives it at run time (the forward may compute it from sizes)."""
+    reducer = plan.reducer
+    eps = reducer.param("eps")
+    args = [f"float(self.{eps.path})" if isinstance(eps, AttrScalar) else repr(number(eps))]
+    exprs = {lf.ref: lf.expr for lf in plan.leaves}
+    affine = [v.name for v in reducer.operands[1:] if isinstance(v, Ref)]
+    if affine:
+        args.append(f"tuple({exprs[affine[0]]}.shape)")
+    else:
+        args.append(repr(reducer.param("normalized_shape").value))  # type: ignore[union-attr]
+    return args

@@ -115,6 +115,7 @@ def plan_reduction(graph: OpGraph) -> ReducePlan:
         raise NotApplicable(f"ops after {reducer.op} (integer indices) are not fused")
     if mode == "normalise" and reduced_out and reducer.param("keepdim") != Const(True):
         raise NotApplicable(f"{reducer.op} without keepdim=True cannot broadcast back over the input")
+    _check_specialised(graph, reducer)
     library_var, leaf_exprs = _leaf_exprs(graph, library)
     leaves, scalars = _operands(graph, library, reducer, pre, post_reduced, post_full, leaf_exprs)
     if not any(leaf.space == FULL for leaf in leaves):
@@ -132,6 +133,17 @@ def plan_reduction(graph: OpGraph) -> ReducePlan:
         len(full_shape),
         graph.output.name,
     )
+
+
+def _check_specialised(graph: OpGraph, reducer: OpNode) -> None:
+    """F.layer_norm's normalized_shape without weight / bias is a constant; when the analysis answered shape
+    introspection with the analysed sizes it may hold for those sizes only, so it is not baked into a kernel."""
+    affine = any(isinstance(v, Ref) for v in reducer.operands[1:])
+    if reducer.op == "layer_norm" and graph.shape_specialised and not affine:
+        raise NotApplicable(
+            "layer_norm's normalized_shape was computed from input sizes (specialised at analysis) and no"
+            " weight / bias gives it at run time"
+        )
 
 
 def _check_dtype(graph: OpGraph, name: str, op: str) -> None:
@@ -206,7 +218,7 @@ def _operands(
             if isinstance(operand, Ref):
                 arg = identifier(operand.name, taken)
                 leaves[operand.name] = Leaf(
-                    operand.name, arg, _affine_expr(reducer, operand.name, len(full_shape)), BFULL
+                    operand.name, arg, _affine_expr(reducer, operand.name, len(full_shape), leaf_exprs), BFULL
                 )
     return tuple(leaves.values()), tuple(scalars.values())
 
@@ -225,9 +237,14 @@ def _space(graph: OpGraph, name: str, shape: tuple[int, ...], reduced: bool) -> 
     return BOUT if reduced else BFULL
 
 
-def _affine_expr(norm: OpNode, path: str, rank: int) -> str:
+def _affine_expr(norm: OpNode, path: str, rank: int, leaf_exprs: dict[str, str]) -> str:
     """Layer norm's affine parameters already align with the trailing dims; group / instance norm's are per
-    channel (dim 1), so they are viewed as (C, 1, ..., 1) to broadcast over the spatial dims."""
+    channel (dim 1), so they are viewed as (C, 1, ..., 1) to broadcast over the spatial dims. F.layer_norm's
+    may also be forward inputs (read by name)."""
+    if norm.op == "layer_norm":
+        if path not in leaf_exprs:
+            raise NotApplicable(f"layer_norm's affine operand {path} is computed in the forward")
+        return leaf_exprs[path]
     if norm.op == "nn_layer_norm" or rank <= 2:
         return f"self.{path}"
     return f"self.{path}.view(-1{', 1' * (rank - 2)})"
