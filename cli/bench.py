@@ -273,6 +273,7 @@ def bench(
     try:
         with store_session(settings) as store:
             memory.ensure_seeded(store)  # once, here: workers must not race to seed
+            memory.repair_pending(store)  # before any worker writes: a killed worker's half-recorded attempts
             tasks = resolve_selectors(store, all_selectors)
         spec = BenchSpec(
             selectors=all_selectors, task_keys=[t.key for t in tasks], backend=backend, model=model,

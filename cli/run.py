@@ -249,6 +249,7 @@ def run(
     summaries = []
     with store_session(settings) as store:
         memory.ensure_seeded(store)
+        memory.repair_pending(store)  # a killed earlier run's half-recorded attempts (no-op otherwise)
         resolved = [resolve_task(store, t) for t in tasks]
         for task in resolved:
             files = RunFiles(Path(out_dir), task.key, len(resolved) > 1) if out_dir else None

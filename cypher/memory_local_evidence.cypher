@@ -18,17 +18,19 @@ SET a.pend_local = null
 WITH r
 WITH r.local_key AS lk, r.gpu_arch AS arch, count(r) AS n, toInteger(sum(r.positives)) AS pos,
      toInteger(sum(r.negatives)) AS neg, sum(r.gain_sum) AS gain
+WITH lk, collect({arch: arch, n: n, pos: pos, neg: neg, gain: gain}) AS archs, toInteger(sum(n)) AS tn,
+     toInteger(sum(pos)) AS tpos, toInteger(sum(neg)) AS tneg, sum(gain) AS tgain
 MATCH (l:Local {key: lk})
-MATCH (gpu:Gpu {key: arch})
+SET l.attempts = coalesce(l.attempts, 0) + tn,
+    l.positives = coalesce(l.positives, 0) + tpos,
+    l.negatives = coalesce(l.negatives, 0) + tneg,
+    l.gain_sum = coalesce(l.gain_sum, 0.0) + tgain
+WITH l, archs
+UNWIND archs AS s
+MATCH (gpu:Gpu {key: s.arch})
 MERGE (l)-[e:EVIDENCE_ON]->(gpu)
-SET e.attempts = coalesce(e.attempts, 0) + n,
-    e.positives = coalesce(e.positives, 0) + pos,
-    e.negatives = coalesce(e.negatives, 0) + neg,
-    e.gain_sum = coalesce(e.gain_sum, 0.0) + gain
-WITH l, n, pos, neg, gain
-WITH l, toInteger(sum(n)) AS n, toInteger(sum(pos)) AS pos, toInteger(sum(neg)) AS neg, sum(gain) AS gain
-SET l.attempts = coalesce(l.attempts, 0) + n,
-    l.positives = coalesce(l.positives, 0) + pos,
-    l.negatives = coalesce(l.negatives, 0) + neg,
-    l.gain_sum = coalesce(l.gain_sum, 0.0) + gain
-RETURN count(l) AS updated
+SET e.attempts = coalesce(e.attempts, 0) + s.n,
+    e.positives = coalesce(e.positives, 0) + s.pos,
+    e.negatives = coalesce(e.negatives, 0) + s.neg,
+    e.gain_sum = coalesce(e.gain_sum, 0.0) + s.gain
+RETURN count(e) AS updated

@@ -52,10 +52,13 @@ log = logging.getLogger(__name__)
 PRIOR_ARCH = "prior"  # gpu_arch of the seed's prior TRANSITION edges; reserved
 UNKNOWN_ARCH = "unknown"  # gpu_arch recorded when an attempt names none
 BATCH_SIZE = 1000
-# Stores this process has already repaired with nothing of its own left half-written since. The repair scans
-# every Attempt (about 5 us each on the embedded engine), so record_attempts pays it once per store object, i.e.
-# once per process that a killed writer could have preceded, and again after any of its own writes failed.
-_REPAIRED: weakref.WeakSet[GraphStore] = weakref.WeakSet()
+# Batches this process failed to finish, per store object: the next record_attempts on the same store re-applies
+# their steps first (only this writer touches its own attempts, so that never races another writer). Attempts a
+# *killed* process left pending are completed by `repair_pending`, which the CLI runs where no other writer of the
+# graph is expected to be live (memory commands, export, the start of run and bench): on FalkorDB a statement's
+# MATCH/WHERE may read before another writer's commit, so a repair racing a live writer can count its attempts
+# twice (seen: 4 concurrent writers, 228 global attempts counted for 120 when every writer repaired first).
+_UNFINISHED: weakref.WeakKeyDictionary[GraphStore, list[AttemptRecord]] = weakref.WeakKeyDictionary()
 
 
 class SeedCounts(BaseModel):
@@ -178,8 +181,9 @@ def record_attempts(store: GraphStore, records: Iterable[AttemptRecord], batch_s
     An attempt whose key is already in the graph is skipped entirely (re-recording and re-importing are
     no-ops, also between concurrent writers). Crash-safe: attempt_merge marks each new attempt with its pending
     steps and every later statement applies and clears its step atomically, so a writer killed between two
-    statements leaves marked attempts that `repair_pending` (run first here) completes exactly once. Raises UnknownKeyError, before writing anything, when a
-    global or local key is not in the memory. Returns the number of attempts newly recorded.
+    statements leaves marked attempts that `repair_pending` completes exactly once (the CLI runs it where no
+    other writer is live); a batch of this writer that failed half-way is finished by its next call on the
+    same store. Raises UnknownKeyError, before writing anything, when a global or local key is not in the memory. Returns the number of attempts newly recorded.
     """
     unique = _dedupe(records)
     if not unique:
@@ -199,15 +203,32 @@ def record_attempts(store: GraphStore, records: Iterable[AttemptRecord], batch_s
     )
     if missing_gpus:
         store.run("memory_gpu_merge", {"keys": missing_gpus})
-    _repair_once(store)  # an earlier writer killed mid-batch: finish its attempts before adding ours
+    _finish_own(store)  # one of our own earlier batches failed half-way: finish it before adding more
     created = 0
+    start = 0
     try:
         for start in range(0, len(unique), batch_size):
             created += _record_batch(store, unique[start : start + batch_size])
     except BaseException:
-        _REPAIRED.discard(store)  # our own batch may be half-applied: the next call repairs it
+        with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: repair_pending only
+            _UNFINISHED.setdefault(store, []).extend(unique[start : start + batch_size])
         raise
     return created
+
+
+def _finish_own(store: GraphStore) -> None:
+    """Re-apply the steps of this writer's own half-applied batches (each step only where still pending)."""
+    try:
+        pending = _UNFINISHED.pop(store, None)
+    except TypeError:
+        return
+    if not pending:
+        return
+    try:
+        _apply_steps(store, pending)
+    except BaseException:
+        _UNFINISHED[store] = pending
+        raise
 
 
 def _record_batch(store: GraphStore, batch: Sequence[AttemptRecord]) -> int:
@@ -222,8 +243,8 @@ def _record_batch(store: GraphStore, batch: Sequence[AttemptRecord]) -> int:
 
 def _apply_steps(store: GraphStore, records: Sequence[AttemptRecord]) -> None:
     """Run the four steps after attempt_merge. Each statement applies only to attempts still carrying that
-    step's pending marker and clears it in the same (atomic) statement, so running them again -- after a
-    crash, or from `repair_pending` racing a live writer -- never counts an attempt twice."""
+    step's pending marker and clears it in the same statement, so running them again after a crash (by the
+    same writer, or by `repair_pending` once no writer is live) never counts an attempt twice."""
     store.run("attempt_link", {"rows": [_link_row(r) for r in records]})
     evidence = [r for r in records if is_evidence(r)]
     for name, rows in (
@@ -238,7 +259,8 @@ def _apply_steps(store: GraphStore, records: Sequence[AttemptRecord]) -> None:
 def repair_pending(store: GraphStore, batch_size: int = BATCH_SIZE) -> int:
     """Complete the recording steps a killed writer left undone (attempts still carrying a pending marker)
     from their stored properties; returns how many attempts were pending. Idempotent: a second call finds
-    nothing. Safe next to a live writer (each step applies per attempt at most once)."""
+    nothing. Run it only where no other writer of the graph is live (see `_UNFINISHED`): a live writer's
+    attempts are pending too, and re-applying them concurrently can count them twice on FalkorDB."""
     repaired = 0
     after = ""
     while True:
@@ -254,14 +276,6 @@ def repair_pending(store: GraphStore, batch_size: int = BATCH_SIZE) -> int:
     if repaired:
         log.warning("completed the recording of %d attempt(s) an interrupted writer left pending", repaired)
     return repaired
-
-
-def _repair_once(store: GraphStore) -> None:
-    if store in _REPAIRED:
-        return
-    repair_pending(store)
-    with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: repaired on every call
-        _REPAIRED.add(store)
 
 
 def _stored_record(key: str, props: dict[str, Any]) -> AttemptRecord:

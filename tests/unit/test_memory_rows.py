@@ -103,7 +103,6 @@ def test_batch_rows_are_per_attempt_and_marked_pending() -> None:
     assert store.names() == [
         "memory_key_check",
         "memory_gpu_merge",
-        "attempt_pending",  # repair of an interrupted writer first (the fake holds none)
         "attempt_merge",
         "attempt_link",
         "memory_global_stats",
