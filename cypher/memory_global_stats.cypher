@@ -7,8 +7,9 @@
 // re-run after a crash never counts twice. Aggregation happens here, after that filter: one row per
 // global reaches the node SET, then one per (global, gpu_arch) reaches the STATS_ON MERGE (FalkorDB crashes /
 // loses increments when one batch MERGEs the same relationship twice). The node is updated BEFORE the MERGE:
-// concurrent writers can each create a STATS_ON edge (MERGE reads before it commits), and a node SET after the
-// MERGE would then run once per duplicate edge (seen: 324 global attempts counted for 120 with 4 writers). Gpu nodes exist. `sum` of integers is a
+// with the node SET after the edge MERGE, 4 concurrent writers counted 324 global attempts for 120 on FalkorDB
+// 4.16 (tests/integration/test_memory_record.py); in this order they count 120 (6 runs), and the edges show no
+// duplicates afterwards. Why the other order over-counts under concurrency is not understood. Gpu nodes exist. `sum` of integers is a
 // float on FalkorDB, hence toInteger.
 // `SET a.pend_global = a.pend_global` first: on Neo4j a SET reading the property takes the node's write lock before
 // reading it, so two writers (a repair racing a live writer) never both see the marker (read-committed);
