@@ -275,14 +275,20 @@ def _record_errors(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
     )
 
 
-def _input_elements(task: types.ModuleType) -> int:
-    """Total element count of the task's inputs, built on the meta device (no memory, no time); -1 if unknown."""
+def _meta_inputs(task: types.ModuleType) -> list[torch.Tensor] | None:
+    """The task's input tensors built on the meta device (no memory, no time); None if that fails."""
     try:
         with torch.device("meta"):
             inputs = task.get_inputs()
     except Exception:  # a task that builds inputs some other way: size unknown
-        return -1
-    return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+        return None
+    return [x for x in inputs if isinstance(x, torch.Tensor)]
+
+
+def _input_elements(task: types.ModuleType) -> int:
+    """Total element count of the task's inputs (meta device); -1 if unknown."""
+    inputs = _meta_inputs(task)
+    return -1 if inputs is None else sum(x.numel() for x in inputs)
 
 
 # Inputs from this size up make an evaluation "heavy" (it takes the GPU memory lock); 1 GiB of inputs means
@@ -291,13 +297,8 @@ HEAVY_INPUT_BYTES = 1 << 30
 
 
 def _input_bytes(task: types.ModuleType) -> int:
-    """Total bytes of the task's inputs, built on the meta device; 0 if unknown."""
-    try:
-        with torch.device("meta"):
-            inputs = task.get_inputs()
-    except Exception:  # a task that builds inputs some other way: size unknown
-        return 0
-    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    """Total bytes of the task's inputs (meta device); 0 if unknown."""
+    return sum(x.numel() * x.element_size() for x in _meta_inputs(task) or [])
 
 
 def _split_by_size(
