@@ -1,27 +1,52 @@
-"""A cross-process lock that keeps GPU timing serial when several evaluations share one GPU.
+"""Cross-process coordination of bench workers that share one GPU: honest timing and no out-of-memory storms.
 
-`htam-graph bench --workers N` runs N evaluations at once; compiling and checking correctness may overlap, but
-two timed loops on one GPU would slow each other down and corrupt both measurements. The timed section of the
-harness runs inside `timing_lock(device_index)`: an exclusive `fcntl.flock` on `$HTAM_GPU_LOCK_DIR/gpu<id>.lock`,
-where `<id>` is the physical GPU (the entry of `CUDA_VISIBLE_DEVICES` for that index, so workers that see
-different GPUs as `cuda:0` never share a lock, and workers on the same GPU always do). The kernel releases the
-lock when the holder dies, so a killed worker never blocks the others.
+`htam-graph bench --workers N` runs N evaluations at once and several of them can land on one GPU. Two rules:
 
-When `HTAM_GPU_LOCK_DIR` is unset (a single `htam-graph run`), the lock is a no-op.
+- **Timing runs alone on its GPU.** Every piece of device work of an evaluation (building the models, the
+  correctness trials, the torch.compile warm-up, the recheck) holds the GPU's *shared* lock; the timed section
+  holds it *exclusively*, so no other worker's kernels run inside a timed window (they would be time-sliced with
+  the timed kernels and inflate them unevenly). A timer waiting for the exclusive lock closes a turnstile that new
+  shared holders pass through, so a stream of correctness checks cannot starve it (writer preference).
+- **Device memory is budgeted.** Before any device work an evaluation reserves its estimated peak memory in the
+  GPU's ledger and waits while the reservations of live workers would exceed the budget (default 85 % of the
+  device). One evaluation larger than the budget still runs when it is alone.
+
+Locks are `fcntl.flock`s on files under `$HTAM_GPU_LOCK_DIR` named after the physical GPU (the entry of
+`CUDA_VISIBLE_DEVICES` for the index, so workers that see different GPUs as `cuda:0` never share a lock, and
+workers on the same GPU always do): `gpu<id>.lock` (shared/exclusive), `gpu<id>.turn.lock` (turnstile),
+`gpu<id>.mem.lock` + `gpu<id>.mem.json` (the ledger, keyed by pid). The kernel releases a flock when its holder
+dies and the ledger drops reservations of dead pids, so a killed worker never blocks the others.
+
+Order, which makes deadlock impossible: memory reservation first, then shared or exclusive use, never a
+reservation while holding the shared lock, and the shared lock is released before the exclusive one is taken.
+When `HTAM_GPU_LOCK_DIR` is unset (a single `htam-graph run`), everything here is a no-op.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_DIR_ENV", "lock_path", "memory_lock", "timing_lock"]
+__all__ = [
+    "LOCK_DIR_ENV",
+    "MEMORY_FRACTION_ENV",
+    "lock_path",
+    "memory_budget",
+    "reservations",
+    "shared_use",
+    "timing_lock",
+]
 
 LOCK_DIR_ENV = "HTAM_GPU_LOCK_DIR"
+MEMORY_FRACTION_ENV = "HTAM_GPU_MEMORY_FRACTION"
+DEFAULT_MEMORY_FRACTION = 0.85
+_POLL_S = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -34,42 +59,143 @@ def _physical_id(device_index: int) -> str:
 
 
 def lock_path(device_index: int = 0) -> Path | None:
-    """The lock file of the GPU behind `cuda:<device_index>`, or None when locking is off."""
+    """The shared/exclusive lock file of the GPU behind `cuda:<device_index>`, or None when locking is off."""
     folder = os.environ.get(LOCK_DIR_ENV)
     if not folder:
         return None
     return Path(folder) / f"gpu{_physical_id(device_index)}.lock"
 
 
-@contextlib.contextmanager
-def timing_lock(device_index: int = 0) -> Iterator[None]:
-    """Hold the GPU's timing lock for the duration of the block (blocks until it is free)."""
-    with _flock(lock_path(device_index)):
-        yield
-
-
-@contextlib.contextmanager
-def memory_lock(device_index: int = 0) -> Iterator[None]:
-    """Hold the GPU's memory lock (`gpu<id>.mem.lock`): one memory-heavy evaluation per GPU at a time.
-
-    Always taken before the timing lock, never inside it, so the two cannot deadlock."""
+def _sibling(device_index: int, suffix: str) -> Path | None:
     path = lock_path(device_index)
-    with _flock(path.with_suffix(".mem.lock") if path is not None else None):
-        yield
+    return None if path is None else path.with_suffix(suffix)
 
 
 @contextlib.contextmanager
-def _flock(path: Path | None) -> Iterator[None]:
+def shared_use(device_index: int = 0) -> Iterator[None]:
+    """Device work that may overlap other workers' device work, but never a timed section."""
+    path = lock_path(device_index)
     if path is None:
         yield
         return
+    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):  # wait behind a queued timer
+        fd = _acquire(path, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        _release(fd)
+
+
+@contextlib.contextmanager
+def timing_lock(device_index: int = 0) -> Iterator[None]:
+    """The GPU to ourselves for a timed section: waits until every shared user has left."""
+    path = lock_path(device_index)
+    if path is None:
+        yield
+        return
+    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):  # no new shared users from now on
+        fd = _acquire(path, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _release(fd)
+
+
+def _budget_bytes(device_index: int) -> int:
+    import torch
+
+    fraction = float(os.environ.get(MEMORY_FRACTION_ENV, DEFAULT_MEMORY_FRACTION))
+    return int(torch.cuda.get_device_properties(device_index).total_memory * fraction)
+
+
+@contextlib.contextmanager
+def memory_budget(device_index: int, need_bytes: int, budget_bytes: int | None = None) -> Iterator[None]:
+    """Reserve `need_bytes` of the GPU's memory budget for the block (waits until it fits or we are alone)."""
+    lock = _sibling(device_index, ".mem.lock")
+    if lock is None or need_bytes <= 0:
+        yield
+        return
+    ledger = lock.with_suffix(".json")
+    budget = _budget_bytes(device_index) if budget_bytes is None else budget_bytes
+    me = str(os.getpid())
+    while True:
+        with _flock(lock, fcntl.LOCK_EX):
+            held = _live(_read(ledger))
+            if not held or sum(held.values()) + need_bytes <= budget:
+                held[me] = need_bytes
+                _write(ledger, held)
+                break
+        time.sleep(_POLL_S)
+    try:
+        yield
+    finally:
+        with _flock(lock, fcntl.LOCK_EX):
+            held = _live(_read(ledger))
+            held.pop(me, None)
+            _write(ledger, held)
+
+
+def reservations(device_index: int = 0) -> dict[int, int]:
+    """Live reservations on the GPU's ledger: pid -> bytes (for tests and diagnostics)."""
+    lock = _sibling(device_index, ".mem.lock")
+    if lock is None:
+        return {}
+    with _flock(lock, fcntl.LOCK_EX):
+        return {int(pid): n for pid, n in _live(_read(lock.with_suffix(".json"))).items()}
+
+
+def _read(ledger: Path) -> dict[str, int]:
+    try:
+        data = json.loads(ledger.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write(ledger: Path, held: dict[str, int]) -> None:
+    tmp = ledger.with_name(ledger.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(held), encoding="utf-8")
+    os.replace(tmp, ledger)
+
+
+def _live(held: dict[str, int]) -> dict[str, int]:
+    alive = {}
+    for pid, n in held.items():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue  # its holder died without releasing: the reservation goes with it
+        except (PermissionError, ValueError):
+            pass
+        alive[pid] = n
+    return alive
+
+
+def _acquire(path: Path, mode: int) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _release(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _flock(path: Path | None, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    fd = _acquire(path, mode)
+    try:
+        yield
+    finally:
+        _release(fd)

@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,31 +209,37 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
     ctx.on_first_call = lambda first_s: rec.set(compiled=True, compile_s=import_s + first_s)
     verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
-    ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
-    rec.info("weights", weights_note)
-
-    # One evaluation of a task with large inputs holds several copies of them on the device (inputs, clones,
-    # reference and candidate outputs, poison): such evaluations take the GPU's memory lock so that bench
-    # workers sharing the GPU never run two of them at once (seen: all failures of a 5-workers-per-GPU bench were
-    # out-of-memory errors). Small evaluations run alongside freely.
-    heavy = device.type == "cuda" and _input_bytes(task) >= HEAVY_INPUT_BYTES
-    with gpulock.memory_lock(device.index or 0) if heavy else contextlib.nullcontext():
-        with phase("correctness"):
-            # Shapes in increasing input size: the candidate's first call is at the smallest shape, so a kernel that
-            # remembers its first call's size (and clips later calls to it) fails a later, larger shape, and one that
-            # bakes in the main shape fails the extra one (on the GPU extra variants are smaller than the default
-            # sizes, on the CPU larger than smoke sizes).
-            smaller, larger = _split_by_size(req, task, variants[1:])
-            _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
-            outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
-            for t in range(1, req.trials):
-                outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
-            _record_errors(rec, outcomes)
-            _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
-            _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
-            _deterministic_rerun(req, rec, ctx, task, ref, cand)
-            _degeneracy(rec, outcomes)
+    # Bench workers can share a GPU: reserve this evaluation's device memory first (no out-of-memory storms), then
+    # do device work under the GPU's shared lock; `_timing` swaps it for the exclusive lock around the timed loop,
+    # so no other worker's kernels run inside a timed window (gpulock.py).
+    gpu = device.index or 0
+    need = memory_need_bytes(task) if device.type == "cuda" else 0
+    with gpulock.memory_budget(gpu, need):
+        with gpulock.shared_use(gpu):
+            ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
+            rec.info("weights", weights_note)
+            with phase("correctness"):
+                # Shapes in increasing input size: the candidate's first call is at the smallest shape, so a kernel
+                # that remembers its first call's size (and clips later calls to it) fails a later, larger shape,
+                # and one that bakes in the main shape fails the extra one (on the GPU extra variants are smaller
+                # than the default sizes, on the CPU larger than smoke sizes).
+                smaller, larger = _split_by_size(req, task, variants[1:])
+                _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
+                outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
+                for t in range(1, req.trials):
+                    outcomes.append(run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}"))
+                _record_errors(rec, outcomes)
+                _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
+                _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
+                _deterministic_rerun(req, rec, ctx, task, ref, cand)
+                _degeneracy(rec, outcomes)
         _timing(req, rec, ctx, task, ref, cand, phase)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_reserved(device)
+            rec.info(
+                "device_memory",
+                f"peak reserved {peak / 2**30:.2f} GiB; reserved in the budget {need / 2**30:.2f} GiB",
+            )
     rec.ok(
         "correctness",
         f"{ctx.poisoned_trials} trials (main, extra shapes, recheck) within rtol={rec.rtol:g} atol={rec.atol:g}",
@@ -291,14 +298,30 @@ def _input_elements(task: types.ModuleType) -> int:
     return -1 if inputs is None else sum(x.numel() for x in inputs)
 
 
-# Inputs from this size up make an evaluation "heavy" (it takes the GPU memory lock); 1 GiB of inputs means
-# roughly 6-8 GiB of device memory over the evaluation.
-HEAVY_INPUT_BYTES = 1 << 30
+def _bytes(value: Any) -> int:
+    return sum(x.numel() * x.element_size() for x in checks.flatten(value) if isinstance(x, torch.Tensor))
 
 
-def _input_bytes(task: types.ModuleType) -> int:
-    """Total bytes of the task's inputs (meta device); 0 if unknown."""
-    return sum(x.numel() * x.element_size() for x in _meta_inputs(task) or [])
+def memory_need_bytes(task: types.ModuleType) -> int:
+    """Device memory one evaluation of the task is expected to peak at, for the GPU memory budget.
+
+    Sized on the meta device (no memory, no arithmetic): an evaluation holds the inputs and their clones, the
+    reference and candidate outputs, allocator poison of twice (inputs + output) and comparison temporaries, about
+    4x (inputs + output) at its peak; 6x leaves room for fragmentation and the candidate's own temporaries.
+    The `device_memory` info entry of every CUDA result reports the measured peak next to this estimate.
+    """
+    inputs = _meta_inputs(task) or []
+    out_bytes = param_bytes = 0
+    try:
+        with warnings.catch_warnings(), torch.device("meta"), torch.no_grad():
+            warnings.simplefilter("ignore")
+            model = task.Model(*task.get_init_inputs())
+            if isinstance(model, torch.nn.Module):
+                param_bytes = _bytes(list(model.parameters()) + list(model.buffers()))
+            out_bytes = _bytes(model(*inputs))
+    except Exception:  # no meta kernel for some op: size the inputs alone
+        pass
+    return 6 * (_bytes(inputs) + out_bytes) + 2 * param_bytes + (256 << 20)
 
 
 def _split_by_size(
@@ -432,8 +455,10 @@ def _timing(
     phase: _Phases,
 ) -> None:
     seed = _seed(req, 0, 500)
-    inputs = make_inputs(task, seed, ctx.device)
-    ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
+    gpu = ctx.device.index or 0
+    with gpulock.shared_use(gpu):
+        inputs = make_inputs(task, seed, ctx.device)
+        ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
     per_call: list[int] = []
 
     def run_ref() -> None:
@@ -447,15 +472,15 @@ def _timing(
         per_call.append(ctx.counter.total - before)
 
     fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
-    with phase("torch_compile"):
+    with phase("torch_compile"), gpulock.shared_use(gpu):
         compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
     if compiled is not None:
         fns["compile"] = compiled
     guards.pin_precision(req.precision_policy)
     with (
         phase("timing"),
-        gpulock.timing_lock(ctx.device.index or 0),
-    ):  # serial timing per GPU across bench workers
+        gpulock.timing_lock(gpu),
+    ):  # alone on the GPU: no other bench worker's kernels inside the timed windows
         t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
     verify_guards(ctx)
     if ctx.require_kernel and min(per_call) == 0:
@@ -477,7 +502,7 @@ def _timing(
         "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
     )
     # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
-    with _attributed("recheck_after_timing"), phase("recheck"):
+    with _attributed("recheck_after_timing"), phase("recheck"), gpulock.shared_use(gpu):
         run_trial(
             ctx,
             task,
@@ -489,5 +514,5 @@ def _timing(
         )
         run_trial(ctx, task, ref, cand, _seed(req, 0, 502), "recheck after timing (fresh storage)")
     rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
-    with phase("speed_of_light"):
+    with phase("speed_of_light"), gpulock.shared_use(gpu):
         speed_of_light(req, rec, ctx, ref, inputs, median)

@@ -1,4 +1,4 @@
-"""Process-level pieces of the bench: the GPU timing lock and killing a worker's whole process tree."""
+"""Process-level pieces of the bench: the GPU locks, the memory budget and killing a worker's whole process tree."""
 
 from __future__ import annotations
 
@@ -54,37 +54,122 @@ def test_lock_is_exclusive_while_held(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert try_lock()
 
 
-def test_memory_lock_is_its_own_file_and_independent_of_the_timing_lock(
+def _try(path: Path, mode: int) -> bool:
+    """Can another open file description (like another process) take `path` in `mode` right now?"""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_shared_use_admits_other_shared_users_but_no_timer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-
-    def free(name: str) -> bool:
-        fd = os.open(tmp_path / name, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-
-    with gpulock.memory_lock(0):
-        assert not free("gpu3.mem.lock")
-        assert free("gpu3.lock")  # small evaluations still time while a heavy one checks correctness
-        with gpulock.timing_lock(0):  # the heavy one takes the timing lock inside the memory lock
-            assert not free("gpu3.lock")
-    assert free("gpu3.mem.lock") and free("gpu3.lock")
+    with gpulock.shared_use(0):
+        assert _try(tmp_path / "gpu3.lock", fcntl.LOCK_SH)  # other workers' correctness checks overlap
+        assert not _try(tmp_path / "gpu3.lock", fcntl.LOCK_EX)  # nobody times while we use the GPU
+        assert _try(tmp_path / "gpu3.turn.lock", fcntl.LOCK_EX)  # the turnstile is only passed through
+    with gpulock.timing_lock(0):
+        assert not _try(tmp_path / "gpu3.lock", fcntl.LOCK_SH)
+    assert _try(tmp_path / "gpu3.lock", fcntl.LOCK_EX)
 
 
-def test_heavy_evaluations_are_those_with_large_inputs() -> None:
+def test_a_waiting_timer_is_not_starved_by_new_shared_users(tmp_path: Path) -> None:
+    """A holds the GPU shared; T queues for the timing lock; B arrives after T: T must time before B gets in."""
+    script = (
+        "import sys, time\n"
+        "from htam_graph.kernels_runtime import gpulock\n"
+        "role, hold = sys.argv[1], float(sys.argv[2])\n"
+        "cm = gpulock.timing_lock(0) if role == 'T' else gpulock.shared_use(0)\n"
+        "with cm:\n"
+        "    t0 = time.time(); time.sleep(hold); t1 = time.time()\n"
+        "print(t0, t1)\n"
+    )
+    env = {**os.environ, gpulock.LOCK_DIR_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
+
+    def start(role: str, hold: float) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-c", script, role, str(hold)], env=env, stdout=subprocess.PIPE
+        )
+
+    a = start("A", 3.0)
+    time.sleep(1.5)  # A is inside (interpreter start included)
+    t = start("T", 0.3)
+    time.sleep(1.0)  # T is queued on the exclusive lock, holding the turnstile
+    b = start("B", 0.3)
+    spans = {
+        k: tuple(map(float, p.communicate(timeout=60)[0].split())) for k, p in (("A", a), ("T", t), ("B", b))
+    }
+    assert spans["T"][0] >= spans["A"][1]  # the timer waited for the shared user to leave
+    assert spans["B"][0] >= spans["T"][1]  # and the late shared user waited for the timer
+
+
+def test_memory_budget_admits_what_fits_and_drops_dead_holders(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    ledger = tmp_path / "gpu0.mem.json"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ledger.write_text(f'{{"{dead.pid}": 90}}')  # a worker killed while holding 90 of 100
+    with gpulock.memory_budget(0, 60, budget_bytes=100):  # the dead reservation does not count
+        assert gpulock.reservations(0) == {os.getpid(): 60}
+    assert gpulock.reservations(0) == {}
+    with gpulock.memory_budget(0, 500, budget_bytes=100):  # larger than the budget: runs when alone
+        assert gpulock.reservations(0) == {os.getpid(): 500}
+
+
+def test_memory_budget_makes_a_second_evaluation_wait(tmp_path: Path) -> None:
+    """Two processes each need 60 of a budget of 100: their reservations never overlap; two of 40 do."""
+    script = (
+        "import sys, time\n"
+        "from htam_graph.kernels_runtime import gpulock\n"
+        "with gpulock.memory_budget(0, int(sys.argv[1]), budget_bytes=100):\n"
+        "    t0 = time.time(); time.sleep(0.8); t1 = time.time()\n"
+        "print(t0, t1)\n"
+    )
+    env = {**os.environ, gpulock.LOCK_DIR_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
+
+    def spans(need: int) -> list[tuple[float, ...]]:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, str(need)], env=env, stdout=subprocess.PIPE)
+            for _ in range(2)
+        ]
+        return sorted(tuple(map(float, p.communicate(timeout=60)[0].split())) for p in procs)
+
+    big = spans(60)
+    assert big[0][1] <= big[1][0]
+    small = spans(40)
+    assert small[1][0] < small[0][1]  # both fit: they ran at the same time
+
+
+def test_memory_need_counts_inputs_outputs_and_parameters() -> None:
     from htam_graph.kernels_runtime import harness
 
-    small = types.SimpleNamespace(get_inputs=lambda: [torch.randn(1024, 1024)])
-    big = types.SimpleNamespace(get_inputs=lambda: [torch.randn(4096, 393216)])  # 6.4 GB, built on meta only
-    assert harness._input_bytes(small) == 4 << 20 < harness.HEAVY_INPUT_BYTES
-    assert harness._input_bytes(big) == 4096 * 393216 * 4 >= harness.HEAVY_INPUT_BYTES
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(1024, 2048)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x)
+
+    task = types.SimpleNamespace(
+        Model=Model, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 1024)]
+    )
+    inputs, out, params = 4096 * 1024 * 4, 4096 * 2048 * 4, (1024 * 2048 + 2048) * 4
+    assert harness.memory_need_bytes(task) == 6 * (inputs + out) + 2 * params + (256 << 20)
+    big = types.SimpleNamespace(  # 6.4 GB of inputs, sized on meta only
+        Model=torch.nn.Tanh, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 393216)]
+    )
+    assert harness.memory_need_bytes(big) == 6 * 2 * (4096 * 393216 * 4) + (256 << 20)
 
 
 def test_lock_serialises_two_processes(tmp_path: Path) -> None:
