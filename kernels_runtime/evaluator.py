@@ -44,6 +44,8 @@ __all__ = ["SubprocessEvaluator", "WorkerRun", "default_cache_dir"]
 
 _POLL_S = 0.05
 _TAIL = 1500
+# Longest wait for the GPU memory budget before the evaluation is given up as an infrastructure failure.
+_MAX_QUEUE_S = 3600.0
 
 
 def default_cache_dir() -> Path:
@@ -286,13 +288,28 @@ class SubprocessEvaluator:
                 if len(results) == len(requests):
                     return [results[i] for i in range(len(requests))]
                 return self._collect(results, requests, run, self._lost(rc, run, current))
-            if time.perf_counter() - current_start > requests[current].timeout_s:
+            if self._queued(run, current):
+                # waiting for the GPU memory budget, before any candidate code ran: not the candidate's time
+                current_start = time.perf_counter()
+                if current_start - started > _MAX_QUEUE_S:
+                    _kill_group(proc)
+                    msg = f"waited over {_MAX_QUEUE_S:g} s for GPU memory; the worker was stopped"
+                    return [results[i] for i in range(current)] + [
+                        failure_result(requests[current], ErrorKind.INFRA_ERROR, msg)
+                    ]
+            elif time.perf_counter() - current_start > requests[current].timeout_s:
                 _kill_group(proc)
                 self._clear_locks(requests[current])
                 kept = [results[i] for i in range(current)]
                 msg = f"timed out after {requests[current].timeout_s:g} s; the worker's process group was killed"
                 return kept + [failure_result(requests[current], ErrorKind.TIMEOUT, msg + _with_tail(run))]
             time.sleep(_POLL_S)
+
+    @staticmethod
+    def _queued(run: WorkerRun, current: int) -> bool:
+        """Request `current` is waiting for the GPU memory budget (queued, not yet admitted)."""
+        lines = run.progress_lines()
+        return f"queued {current}" in lines and f"admitted {current}" not in lines
 
     def _lost(self, rc: int, run: WorkerRun, current: int) -> tuple[ErrorKind, str]:
         progress = run.progress_lines()

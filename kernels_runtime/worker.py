@@ -6,7 +6,9 @@ Protocol (the caller is `evaluator.py`):
   finished request, `{"nonce", "index", "result"}` (mode eval: an EvalResult; mode compile: a CompileOutcome);
 - the progress file named by env `HTAM_PROGRESS_PATH`: `ready` once the worker and its guards are up, then
   `start <i>` / `done <i>` per request, so the caller can tell a worker that never started (infra_error) from a
-  candidate that killed it (crash), and time out each request separately;
+  candidate that killed it (crash), and time out each request separately; `queued <i>` / `admitted <i>` around
+  the wait for the GPU memory budget, which the caller does not count against the request's timeout (it happens
+  before the candidate is imported);
 - env `HTAM_EXT_ROOT`: torch extensions are built under `<root>/<sha256(candidate)[:16]>` (a re-evaluation of the
   same source is warm; two different candidates never share a build dir or its lock).
 Both paths are removed from the environment before any candidate code runs. The nonce is checked by the
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,6 +39,16 @@ def _emit(out: TextIO, nonce: str, index: int, payload: dict[str, Any]) -> None:
     out.write(json.dumps({"nonce": nonce, "index": index, "result": payload}) + "\n")
     out.flush()
     os.fsync(out.fileno())
+
+
+def _forward_progress(progress: TextIO, index: int) -> Callable[[str], None]:
+    """`queued <i>` / `admitted <i>` around the wait for the GPU memory budget (before the candidate's import)."""
+
+    def tell(event: str) -> None:
+        progress.write(f"{event} {index}\n")
+        progress.flush()
+
+    return tell
 
 
 def _compile_only(req: EvalRequest, workdir: Path) -> dict[str, Any]:
@@ -71,6 +84,8 @@ def main() -> int:
             progress.flush()
             if ext_root:
                 os.environ["TORCH_EXTENSIONS_DIR"] = extension_dir(ext_root, req.candidate_source)
+            if state is not None:
+                state.progress = _forward_progress(progress, i)
             if state is None:
                 result = _compile_only(req, workdir)
             else:

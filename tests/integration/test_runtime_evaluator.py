@@ -274,3 +274,61 @@ ModelNew.forward = _forward_once_out_of_memory
     result = retrying.evaluate(_req(source, _task(TANH), task_key=TANH))
     assert result.correct, (result.error_kind, result.error_excerpt)
     assert result.checks["oom_retry"] == "info: evaluation repeated 1x"
+
+
+def _queueing_python(tmp_path: Path, queue_s: float, after_s: float) -> str:
+    """A fake worker that waits `queue_s` between `queued 0` and `admitted 0` (the GPU memory budget), then
+    `after_s`, then writes a signed mismatch verdict."""
+    import sys
+
+    script = tmp_path / "queueing-python"
+    script.write_text(
+        f"""#!{sys.executable}
+import json, os, sys, time
+payload = json.loads(sys.stdin.read())
+progress = open(os.environ["HTAM_PROGRESS_PATH"], "a")
+def say(line):
+    progress.write(line + "\\n")
+    progress.flush()
+say("ready"); say("start 0"); say("queued 0")
+time.sleep({queue_s})
+say("admitted 0")
+time.sleep({after_s})
+from htam_graph.kernels_runtime.evaluator import failure_result
+from htam_graph.model import ErrorKind, EvalRequest
+req = EvalRequest.model_validate(payload["requests"][0])
+verdict = failure_result(req, ErrorKind.MISMATCH, "fake verdict").model_dump(mode="json")
+with open(os.environ["HTAM_RESULT_PATH"], "a") as out:
+    out.write(json.dumps({{"nonce": payload["nonce"], "index": 0, "result": verdict}}) + "\\n")
+say("done 0")
+""",
+        encoding="utf-8",
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_waiting_for_gpu_memory_does_not_count_against_the_timeout(tmp_path: Path) -> None:
+    ev = SubprocessEvaluator(cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=6, after_s=0))
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=3))
+    assert result.error_kind is ErrorKind.MISMATCH and "fake verdict" in result.error_excerpt
+
+
+def test_the_clock_runs_once_admitted(tmp_path: Path) -> None:
+    ev = SubprocessEvaluator(cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=0, after_s=8))
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=3))
+    assert result.error_kind is ErrorKind.TIMEOUT
+
+
+def test_an_endless_queue_is_an_infrastructure_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from htam_graph.kernels_runtime import evaluator
+
+    monkeypatch.setattr(evaluator, "_MAX_QUEUE_S", 2.0)
+    ev = SubprocessEvaluator(cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=30, after_s=0))
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=60))
+    assert (
+        result.error_kind is ErrorKind.INFRA_ERROR
+        and "waited over 2 s for GPU memory" in result.error_excerpt
+    )

@@ -165,11 +165,11 @@ def test_memory_need_counts_inputs_outputs_and_parameters() -> None:
         Model=Model, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 1024)]
     )
     inputs, out, params = 4096 * 1024 * 4, 4096 * 2048 * 4, (1024 * 2048 + 2048) * 4
-    assert harness.memory_need_bytes(task) == 6 * (inputs + out) + 2 * params + (256 << 20)
+    assert harness.memory_need_bytes(task) == 10 * (inputs + out) + 2 * params + (256 << 20)
     big = types.SimpleNamespace(  # 6.4 GB of inputs, sized on meta only
         Model=torch.nn.Tanh, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 393216)]
     )
-    assert harness.memory_need_bytes(big) == 6 * 2 * (4096 * 393216 * 4) + (256 << 20)
+    assert harness.memory_need_bytes(big) == 10 * 2 * (4096 * 393216 * 4) + (256 << 20)
 
 
 def test_lock_serialises_two_processes(tmp_path: Path) -> None:
