@@ -3,10 +3,11 @@
 `htam-graph bench --workers N` runs N evaluations at once and several of them can land on one GPU. Two rules:
 
 - **Timing runs alone on its GPU.** Every piece of device work of an evaluation (building the models, the
-  correctness trials, the torch.compile warm-up, the recheck) holds the GPU's *shared* lock; the timed section
-  holds it *exclusively*, so no other worker's kernels run inside a timed window (they would be time-sliced with
-  the timed kernels and inflate them unevenly). A timer waiting for the exclusive lock closes a turnstile that new
-  shared holders pass through, so a stream of correctness checks cannot starve it (writer preference).
+  correctness trials, the recheck) holds the GPU's *shared* lock; the timed section holds it *exclusively*, so no
+  other worker's kernels run inside a timed window (they would be time-sliced with the timed kernels and inflate
+  them unevenly). The one exception is the torch.compile warm-up (minutes of CPU work under load, one forward on
+  the GPU), see harness._timing. A timer waiting for the exclusive lock closes a turnstile that new shared holders
+  pass through, so a stream of correctness checks cannot starve it (writer preference).
 - **Device memory is budgeted.** Before any device work an evaluation reserves its estimated peak memory in the
   GPU's ledger and waits while the reservations of live workers would exceed the budget (default 85 % of the
   device). One evaluation larger than the budget still runs when it is alone.
