@@ -208,6 +208,7 @@ def result_row(
         "compile_failures": sum(1 for s in steps if s.get("error_kind") == "compile_error"),
         "usage": summary["usage"],
         "stopped_reason": result.stopped_reason,
+        "confirmation": result.confirmation,
         "wall_s": round(wall_s, 3),
         "trajectory": _compact(steps),
     }

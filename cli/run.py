@@ -149,6 +149,7 @@ def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> d
         "correct_steps": sum(1 for s in result.steps if s.status != "failed"),
         "usage": result.usage.model_dump(),
         "stopped_reason": result.stopped_reason,
+        "confirmation": result.confirmation,
     }
 
 

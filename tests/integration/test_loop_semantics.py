@@ -238,3 +238,54 @@ def test_the_strategy_line_is_read_only_for_offered_strategies() -> None:
     assert chosen_strategy("**STRATEGY:** `fusion.a`", request) == "fusion.a"
     assert chosen_strategy("STRATEGY: fusion.zzz", request) is None  # not offered: ignored
     assert chosen_strategy("no line at all", request) is None
+
+
+class FlakyEvaluator(VerdictEvaluator):
+    """`# VERDICT: flaky S` passes the run's own evaluations but fails any evaluation on the confirmation seeds
+    (a kernel at the edge of the tolerance: correct on some seeds, not on others)."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        if "VERDICT: flaky" in request.candidate_source:
+            speed = float(request.candidate_source.split("VERDICT: flaky ")[1].split()[0])
+            if request.seed >= 10_000:
+                self.requests.append(request)
+                return EvalResult(
+                    compiled=True, correct=False, error_kind=ErrorKind.MISMATCH,
+                    error_excerpt="trial 7: 2/1024 elements outside rtol", gpu_arch="sm_90",
+                )  # fmt: skip
+            request = request.model_copy(update={"candidate_source": f"# VERDICT: correct {speed}"})
+        return super().evaluate(request)
+
+
+def test_the_returned_kernel_is_confirmed_on_fresh_seeds(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("correct 1.5"), _kernel("correct 1.2")])
+    ev = VerdictEvaluator()
+    result = _loop(seeded, gen, ev, steps=2, confirm_trials=10).run(_task())
+    assert result.best_step == 1 and not result.best_is_reference
+    confirm = ev.requests[-1]
+    assert len(ev.requests) == 3 and confirm.trials == 10 and confirm.seed >= 10_000
+    assert "correct 1.5" in confirm.candidate_source and not confirm.measure_baselines
+    assert result.confirmation == "step 1 confirmed: 10 more trials on fresh seeds passed"
+
+
+def test_a_kernel_failing_its_confirmation_is_replaced_by_the_next_best(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("correct 1.2"), _kernel("flaky 10.8"), _kernel("correct 1.05")])
+    result = _loop(seeded, gen, FlakyEvaluator(), steps=3, confirm_trials=10).run(_task())
+    assert result.best_step == 1 and "correct 1.2" in result.best_source
+    assert result.best_speedup_x == pytest.approx(1.2)
+    assert result.confirmation.startswith("step 2 failed its confirmation (mismatch: trial 7")
+    assert result.confirmation.endswith("step 1 confirmed: 10 more trials on fresh seeds passed")
+
+
+def test_when_every_kernel_fails_confirmation_the_reference_is_returned(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("flaky 3.0"), _kernel("correct 0.9")])
+    result = _loop(seeded, gen, FlakyEvaluator(), steps=2, confirm_trials=10).run(_task())
+    assert result.best_is_reference and result.best_step is None and result.best_speedup_x == 1.0
+    assert "class Model" in result.best_source  # the reference as a ModelNew
+    assert result.confirmation.endswith("the reference is returned")
+
+
+def test_no_confirmation_on_the_cpu_by_default(seeded) -> None:  # type: ignore[no-untyped-def]
+    ev = VerdictEvaluator()
+    result = _loop(seeded, ScriptedGenerator([_kernel("correct 1.5")]), ev, steps=1).run(_task())
+    assert len(ev.requests) == 1 and result.confirmation == "" and result.best_step == 1
