@@ -67,7 +67,7 @@ class RunConfig:
     timing_runs: int | None = None  # None: 20 on a GPU; 3 on the CPU, where timings are never claims
     record: bool = True  # False: a frozen memory (read, never written)
     # Before a run returns a kernel, it is checked again on fresh seeds (`confirm_trials` trials; None: 10 on a
-    # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 3: five trials
+    # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 5: five trials
     # let it through by luck. A kernel that fails its confirmation is not returned (the next best is tried).
     confirm_trials: int | None = None
 
