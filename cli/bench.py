@@ -84,7 +84,8 @@ def _timing_method(device: Device) -> str:
     if device == "cuda":
         return (
             f"CUDA events, L2 flushed, median of {runs} runs after {warmup} warm-up, interleaved with the "
-            "reference and torch.compile; one timed section per GPU at a time across workers"
+            "reference and torch.compile; each timed section alone on its GPU (no other worker's device work "
+            "inside it but a torch.compile warm-up)"
         )
     return (
         f"CPU time.perf_counter (Triton interpreted), median of {runs} runs after {warmup} warm-up, "

@@ -235,8 +235,7 @@ def _admitted(
     # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
     ctx.on_first_call = lambda first_s: rec.set(compiled=True, compile_s=import_s + first_s)
     verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
-    gpu = device.index or 0
-    with gpulock.shared_use(gpu):
+    with _shared(device):
         ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
         rec.info("weights", weights_note)
         with phase("correctness"):
@@ -325,6 +324,18 @@ def _input_elements(task: types.ModuleType) -> int:
     """Total element count of the task's inputs (meta device); -1 if unknown."""
     inputs = _meta_inputs(task)
     return -1 if inputs is None else sum(x.numel() for x in inputs)
+
+
+def _shared(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """Device work beside other workers' (gpulock.shared_use); on the CPU there is no GPU to coordinate."""
+    return gpulock.shared_use(device.index or 0) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _exclusive(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """The timed loop, alone on its GPU (gpulock.timing_lock). CPU timings are never claims (flagged
+    `timing_on_cpu`), and serialising CPU workers behind each other's interpreted correctness runs would only
+    slow a CPU bench down."""
+    return gpulock.timing_lock(device.index or 0) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _release_cache(device: torch.device) -> None:
@@ -495,8 +506,7 @@ def _timing(
     phase: _Phases,
 ) -> None:
     seed = _seed(req, 0, 500)
-    gpu = ctx.device.index or 0
-    with gpulock.shared_use(gpu):
+    with _shared(ctx.device):
         inputs = make_inputs(task, seed, ctx.device)
         ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
     per_call: list[int] = []
@@ -522,7 +532,7 @@ def _timing(
     guards.pin_precision(req.precision_policy)
     with (
         phase("timing"),
-        gpulock.timing_lock(gpu),
+        _exclusive(ctx.device),
     ):  # alone on the GPU: no other bench worker's kernels inside the timed windows
         t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
     verify_guards(ctx)
@@ -545,7 +555,7 @@ def _timing(
         "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
     )
     # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
-    with _attributed("recheck_after_timing"), phase("recheck"), gpulock.shared_use(gpu):
+    with _attributed("recheck_after_timing"), phase("recheck"), _shared(ctx.device):
         run_trial(
             ctx,
             task,
@@ -557,5 +567,5 @@ def _timing(
         )
         run_trial(ctx, task, ref, cand, _seed(req, 0, 502), "recheck after timing (fresh storage)")
     rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
-    with phase("speed_of_light"), gpulock.shared_use(gpu):
+    with phase("speed_of_light"), _shared(ctx.device):
         speed_of_light(req, rec, ctx, ref, inputs, median)
