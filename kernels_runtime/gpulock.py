@@ -6,7 +6,7 @@
   correctness trials, the recheck) holds the GPU's *shared* lock; the timed section holds it *exclusively*, so no
   other worker's kernels run inside a timed window (they would be time-sliced with the timed kernels and inflate
   them unevenly). The one exception is the torch.compile warm-up (minutes of CPU work under load, one forward on
-  the GPU), see harness._timing. A timer waiting for the exclusive lock closes a turnstile that new shared holders
+  the GPU), see timed.time_and_recheck. A timer waiting for the exclusive lock closes a turnstile that new shared holders
   pass through, so a stream of correctness checks cannot starve it (writer preference).
 - **Device memory is budgeted.** Before any device work an evaluation reserves its estimated peak memory in the
   GPU's ledger and waits while the reservations of live workers would exceed the budget (default 85 % of the

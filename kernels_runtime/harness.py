@@ -16,7 +16,6 @@ import os
 import tempfile
 import time
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,26 +23,27 @@ from typing import Any
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import checks, gpulock, guards, shapes, taskmod, timing
+from htam_graph.kernels_runtime import checks, gpulock, guards, shapes, sharing, taskmod
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import (
     CandidateFailure,
     HarnessFailure,
     build_models,
-    candidate_call,
     load_candidate,
     make_inputs,
     temporary_globals,
 )
-from htam_graph.kernels_runtime.measure import compiled_reference, speed_of_light
 from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
 from htam_graph.kernels_runtime.recorder import Recorder
+from htam_graph.kernels_runtime.timed import time_and_recheck
 from htam_graph.kernels_runtime.trials import (
     TrialContext,
     TrialOutcome,
+    attributed,
     call_candidate,
     call_reference,
     run_trial,
+    trial_seed,
     verify_guards,
 )
 from htam_graph.kernels_runtime.variants import configurations as declared_configurations
@@ -133,7 +133,8 @@ def _select_variants(req: EvalRequest) -> list[dict[str, Any]]:
 
 def _load_task(req: EvalRequest, overrides: dict[str, Any]) -> types.ModuleType:
     try:
-        return taskmod.load_task_module(req.task_source, req.task_key, overrides)
+        module: types.ModuleType = taskmod.load_task_module(req.task_source, req.task_key, overrides)
+        return module
     except TaskError as e:
         raise HarnessFailure(str(e)) from e
 
@@ -142,10 +143,6 @@ def _variant_label(shape: str, overrides: dict[str, Any]) -> str:
     if not overrides:
         return shape
     return f"{shape} {{{', '.join(f'{k}={v}' for k, v in sorted(overrides.items()))}}}"
-
-
-def _seed(req: EvalRequest, variant: int, trial: int) -> int:
-    return req.seed * 100_003 + variant * 1_009 + trial
 
 
 def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
@@ -172,7 +169,8 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
         # execution.classify): with evaluations sharing a GPU it says more about the machine than the candidate.
         rec.fail(kind, exception_excerpt(e))
     rec.set(wall_s=time.perf_counter() - start)
-    return rec.result()
+    result: EvalResult = rec.result()
+    return result
 
 
 class _Phases:
@@ -205,7 +203,7 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     # (the queue is not candidate time: the evaluator stops its clock between "queued" and "admitted"), then do
     # device work under the GPU's shared lock; `_timing` swaps it for the exclusive lock around the timed loop, so
     # no other worker's kernels run inside a timed window (gpulock.py).
-    need = memory_need_bytes(task) if device.type == "cuda" else 0
+    need = sharing.memory_need_bytes(task) if device.type == "cuda" else 0
     state.progress("queued")
     with gpulock.memory_budget(device.index or 0, need):
         state.progress("admitted")
@@ -235,8 +233,8 @@ def _admitted(
     # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
     ctx.on_first_call = lambda first_s: rec.set(compiled=True, compile_s=import_s + first_s)
     verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
-    with _shared(device):
-        ref, cand, weights_note = build_models(task, candidate, _seed(req, 0, 0), device, cand_file)
+    with sharing.shared(device):
+        ref, cand, weights_note = build_models(task, candidate, trial_seed(req, 0, 0), device, cand_file)
         rec.info("weights", weights_note)
         with phase("correctness"):
             # Shapes in increasing input size: the candidate's first call is at the smallest shape, so a kernel
@@ -245,22 +243,22 @@ def _admitted(
             # than the default sizes, on the CPU larger than smoke sizes).
             smaller, larger = _split_by_size(req, task, variants[1:])
             _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
-            _release_cache(device)
-            outcomes = [run_trial(ctx, task, ref, cand, _seed(req, 0, 0), "trial 1")]
+            sharing.release_cache(device)
+            outcomes = [run_trial(ctx, task, ref, cand, trial_seed(req, 0, 0), "trial 1")]
             for t in range(1, req.trials):
-                later = run_trial(ctx, task, ref, cand, _seed(req, 0, t), f"trial {t + 1}")
+                later = run_trial(ctx, task, ref, cand, trial_seed(req, 0, t), f"trial {t + 1}")
                 # only the first trial's inputs and output are checked again (degeneracy): holding every
                 # trial's would multiply the device memory by the number of trials
                 outcomes.append(dataclasses.replace(later, inputs=[], ref_out=None))
             _record_errors(rec, outcomes)
-            _release_cache(device)
+            sharing.release_cache(device)
             _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
             _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
             _deterministic_rerun(req, rec, ctx, task, ref, cand)
             _degeneracy(rec, outcomes)
         del outcomes
-        _release_cache(device)
-    _timing(req, rec, ctx, task, ref, cand, phase)
+        sharing.release_cache(device)
+    time_and_recheck(req, rec, ctx, task, ref, cand, phase)
     if device.type == "cuda":
         rec.info(
             "device_memory",
@@ -292,17 +290,6 @@ def _admitted(
     rec.set(correct=True)
 
 
-@contextlib.contextmanager
-def _attributed(check: str) -> Iterator[None]:
-    """Mismatches and runtime errors inside a phase are charged to that phase's check (hacks keep their own)."""
-    try:
-        yield
-    except CandidateFailure as f:
-        if f.kind is not ErrorKind.HACK_DETECTED:
-            f.check = check
-        raise
-
-
 def _record_errors(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
     rec.set(
         max_abs_err=max(o.max_abs_err for o in outcomes),
@@ -310,79 +297,15 @@ def _record_errors(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
     )
 
 
-def _meta_inputs(task: types.ModuleType) -> list[torch.Tensor] | None:
-    """The task's input tensors built on the meta device (no memory, no time); None if that fails."""
-    try:
-        with torch.device("meta"):
-            inputs = task.get_inputs()
-    except Exception:  # a task that builds inputs some other way: size unknown
-        return None
-    return [x for x in inputs if isinstance(x, torch.Tensor)]
-
-
-def _input_elements(task: types.ModuleType) -> int:
-    """Total element count of the task's inputs (meta device); -1 if unknown."""
-    inputs = _meta_inputs(task)
-    return -1 if inputs is None else sum(x.numel() for x in inputs)
-
-
-def _shared(device: torch.device) -> contextlib.AbstractContextManager[None]:
-    """Device work beside other workers' (gpulock.shared_use); on the CPU there is no GPU to coordinate."""
-    return gpulock.shared_use(device.index or 0) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _exclusive(device: torch.device) -> contextlib.AbstractContextManager[None]:
-    """The timed loop, alone on its GPU (gpulock.timing_lock). CPU timings are never claims (flagged
-    `timing_on_cpu`), and serialising CPU workers behind each other's interpreted correctness runs would only
-    slow a CPU bench down."""
-    return gpulock.timing_lock(device.index or 0) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _release_cache(device: torch.device) -> None:
-    """Hand cached, unused device memory back between phases of different sizes (shape variants, trials, timing).
-
-    Without it the caching allocator kept blocks of every size it had seen: an H200 evaluation of a 6.4 GB
-    elementwise task peaked at 135.6 GiB reserved, far above what it held at any moment, and starved the other
-    evaluations the memory budget had admitted next to it."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _bytes(value: Any) -> int:
-    return sum(x.numel() * x.element_size() for x in checks.flatten(value) if isinstance(x, torch.Tensor))
-
-
-def memory_need_bytes(task: types.ModuleType) -> int:
-    """Device memory one evaluation of the task is expected to peak at, for the GPU memory budget.
-
-    Sized on the meta device (no memory, no arithmetic) as 10x (inputs + reference output) + 2x parameters: an
-    evaluation holds the first trial's inputs and output, the current trial's inputs, clones and outputs,
-    allocator poison of twice (inputs + output) and comparison temporaries. Measured on the H200 (the
-    `device_memory` info entry of every CUDA result): 8x for 6.4 GB elementwise and norm tasks, 10x for pooling
-    and transposed convolutions, where the output is small next to the input.
-    """
-    inputs = _meta_inputs(task) or []
-    out_bytes = param_bytes = 0
-    try:
-        with warnings.catch_warnings(), torch.device("meta"), torch.no_grad():
-            warnings.simplefilter("ignore")
-            model = task.Model(*task.get_init_inputs())
-            if isinstance(model, torch.nn.Module):
-                param_bytes = _bytes(list(model.parameters()) + list(model.buffers()))
-            out_bytes = _bytes(model(*inputs))
-    except Exception:  # no meta kernel for some op: size the inputs alone
-        pass
-    return 10 * (_bytes(inputs) + out_bytes) + 2 * param_bytes + (256 << 20)
-
-
 def _split_by_size(
     req: EvalRequest, main_task: types.ModuleType, extras: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Extra variants with smaller inputs than the main variant (run before the main trials) and the rest."""
-    main = _input_elements(main_task)
-    smaller, larger = [], []
+    main = sharing.input_elements(main_task)
+    smaller: list[dict[str, Any]] = []
+    larger: list[dict[str, Any]] = []
     for overrides in extras:
-        n = _input_elements(_load_task(req, overrides))
+        n = sharing.input_elements(_load_task(req, overrides))
         (smaller if 0 <= n < main else larger).append(overrides)
     return smaller, larger
 
@@ -409,10 +332,10 @@ def _extra_shapes(
     for v, overrides in enumerate(extras, start=first):
         label = _variant_label(req.shape, overrides)
         task = _load_task(req, overrides)
-        with temporary_globals(candidate, overrides), _attributed("extra_shapes"):
-            ref, cand, _ = build_models(task, candidate, _seed(req, v, 0), ctx.device, cand_file)
+        with temporary_globals(candidate, overrides), attributed("extra_shapes"):
+            ref, cand, _ = build_models(task, candidate, trial_seed(req, v, 0), ctx.device, cand_file)
             for t in range(min(_EXTRA_TRIALS, req.trials)):
-                run_trial(ctx, task, ref, cand, _seed(req, v, t), f"extra shape {label}")
+                run_trial(ctx, task, ref, cand, trial_seed(req, v, t), f"extra shape {label}")
         labels.append(label)
     rec.ok("extra_shapes", "; ".join(labels))
 
@@ -437,10 +360,10 @@ def _task_configs(
         task = _load_task(req, overrides)
         # At the smoke shape the configuration runs shrunk: say at which sizes.
         at = "" if req.shape == "default" else f" at {_variant_label(req.shape, overrides)}"
-        with temporary_globals(candidate, overrides), _attributed("task_configs"):
-            ref, cand, _ = build_models(task, candidate, _seed(req, 50 + v, 0), ctx.device, cand_file)
+        with temporary_globals(candidate, overrides), attributed("task_configs"):
+            ref, cand, _ = build_models(task, candidate, trial_seed(req, 50 + v, 0), ctx.device, cand_file)
             for t in range(min(_EXTRA_TRIALS, req.trials)):
-                run_trial(ctx, task, ref, cand, _seed(req, 50 + v, t), f"config {name}{at}")
+                run_trial(ctx, task, ref, cand, trial_seed(req, 50 + v, t), f"config {name}{at}")
     rec.ok("task_configs", f"{len(configs)} configurations: " + "; ".join(name for name, _ in configs))
 
 
@@ -448,7 +371,7 @@ def _deterministic_rerun(
     req: EvalRequest, rec: Recorder, ctx: TrialContext, task: types.ModuleType, ref: Any, cand: Any
 ) -> None:
     """Same inputs twice, different poison each time: where the reference is bit-exact, so must the candidate be."""
-    seed = _seed(req, 0, 900)
+    seed = trial_seed(req, 0, 900)
     inputs = make_inputs(task, seed, ctx.device)
     ref_a = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
     ref_b = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
@@ -494,78 +417,3 @@ def _degeneracy(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
         rec.fail_check("output_not_trivial", f"task degenerate (not a candidate failure): {reason}")
     else:
         rec.ok("output_not_trivial", f"reference varies across {len(outcomes)} seeds and is not ~0/constant")
-
-
-def _timing(
-    req: EvalRequest,
-    rec: Recorder,
-    ctx: TrialContext,
-    task: types.ModuleType,
-    ref: Any,
-    cand: Any,
-    phase: _Phases,
-) -> None:
-    seed = _seed(req, 0, 500)
-    with _shared(ctx.device):
-        inputs = make_inputs(task, seed, ctx.device)
-        ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
-    per_call: list[int] = []
-
-    def run_ref() -> None:
-        with torch.no_grad():
-            ref(*ref_inputs)
-
-    def run_cand() -> None:
-        before = ctx.counter.total
-        with torch.no_grad():
-            candidate_call(lambda: cand(*cand_inputs), ctx.candidate_file, "the candidate raised while timed")
-        per_call.append(ctx.counter.total - before)
-
-    fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
-    # No lock around the torch.compile warm-up: Inductor compiles on the CPU for tens of seconds under a loaded
-    # bench, and holding the shared lock that long stalled every timer on the GPU (H200 bench: first steps timed out
-    # at 240 s). Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
-    with phase("torch_compile"):
-        compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
-    if compiled is not None:
-        fns["compile"] = compiled
-    guards.pin_precision(req.precision_policy)
-    with (
-        phase("timing"),
-        _exclusive(ctx.device),
-    ):  # alone on the GPU: no other bench worker's kernels inside the timed windows
-        t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
-    verify_guards(ctx)
-    if ctx.require_kernel and min(per_call) == 0:
-        raise CandidateFailure(
-            ErrorKind.HACK_DETECTED, "kernel_launched", "a timed call launched no custom kernel"
-        )
-    median, iqr = timing.summarise(t.samples_us["cand"])
-    ref_us = t.median_us("ref")
-    rec.set(runtimes_us=t.samples_us["cand"], runtime_us=median, runtime_spread_us=iqr, ref_eager_us=ref_us,
-            speedup_eager_x=ref_us / median if median > 0 else None)  # fmt: skip
-    if "compile" in t.samples_us:
-        comp_us = t.median_us("compile")
-        rec.set(ref_compile_us=comp_us, speedup_compile_x=comp_us / median if median > 0 else None)
-    problem = t.wall_problem("cand")
-    if problem:
-        raise CandidateFailure(ErrorKind.HACK_DETECTED, "device_sync", problem)
-    rec.ok(
-        "device_sync",
-        "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
-    )
-    # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
-    with _attributed("recheck_after_timing"), phase("recheck"), _shared(ctx.device):
-        run_trial(
-            ctx,
-            task,
-            ref,
-            cand,
-            _seed(req, 0, 501),
-            "recheck after timing (same storage)",
-            cand_storage=cand_inputs,
-        )
-        run_trial(ctx, task, ref, cand, _seed(req, 0, 502), "recheck after timing (fresh storage)")
-    rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
-    with phase("speed_of_light"), _shared(ctx.device):
-        speed_of_light(req, rec, ctx, ref, inputs, median)

@@ -9,9 +9,10 @@ intact (6, 7) → inputs unchanged (2) → plain tensor, own storage (1, 5) → 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +26,17 @@ from htam_graph.kernels_runtime.execution import (
     make_inputs,
     sync,
 )
-from htam_graph.model import ErrorKind, PrecisionPolicy
+from htam_graph.model import ErrorKind, EvalRequest, PrecisionPolicy
 
-__all__ = ["TrialContext", "TrialOutcome", "run_trial", "call_reference", "call_candidate"]
+__all__ = [
+    "TrialContext",
+    "TrialOutcome",
+    "attributed",
+    "call_candidate",
+    "call_reference",
+    "run_trial",
+    "trial_seed",
+]
 
 _SAMPLE = 4096  # elements kept per trial output for the across-seed degeneracy check
 
@@ -200,3 +209,19 @@ def run_trial(
         raise failure
     del ref_inputs
     return TrialOutcome(inputs, ref_out, _sample(ref_out), cmp.max_abs_err, cmp.max_rel_err)
+
+
+def trial_seed(req: EvalRequest, variant: int, trial: int) -> int:
+    """The seed of one trial: distinct per request seed, shape variant and trial."""
+    return req.seed * 100_003 + variant * 1_009 + trial
+
+
+@contextlib.contextmanager
+def attributed(check: str) -> Iterator[None]:
+    """Mismatches and runtime errors inside a phase are charged to that phase's check (hacks keep their own)."""
+    try:
+        yield
+    except CandidateFailure as f:
+        if f.kind is not ErrorKind.HACK_DETECTED:
+            f.check = check
+        raise

@@ -151,7 +151,7 @@ def test_memory_budget_makes_a_second_evaluation_wait(tmp_path: Path) -> None:
 
 
 def test_memory_need_counts_inputs_outputs_and_parameters() -> None:
-    from htam_graph.kernels_runtime import harness
+    from htam_graph.kernels_runtime import sharing
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:
@@ -165,11 +165,11 @@ def test_memory_need_counts_inputs_outputs_and_parameters() -> None:
         Model=Model, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 1024)]
     )
     inputs, out, params = 4096 * 1024 * 4, 4096 * 2048 * 4, (1024 * 2048 + 2048) * 4
-    assert harness.memory_need_bytes(task) == 10 * (inputs + out) + 2 * params + (256 << 20)
+    assert sharing.memory_need_bytes(task) == 10 * (inputs + out) + 2 * params + (256 << 20)
     big = types.SimpleNamespace(  # 6.4 GB of inputs, sized on meta only
         Model=torch.nn.Tanh, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(4096, 393216)]
     )
-    assert harness.memory_need_bytes(big) == 10 * 2 * (4096 * 393216 * 4) + (256 << 20)
+    assert sharing.memory_need_bytes(big) == 10 * 2 * (4096 * 393216 * 4) + (256 << 20)
 
 
 def test_lock_serialises_two_processes(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ The harness now runs smaller extra variants before the main trials and larger on
 
 from __future__ import annotations
 
-from htam_graph.kernels_runtime import harness
+from htam_graph.kernels_runtime import harness, sharing
 from htam_graph.model import EvalRequest
 
 TASK = """
@@ -40,7 +40,7 @@ def _request() -> EvalRequest:
 
 def test_input_elements_are_counted_on_the_meta_device() -> None:
     task = harness._load_task(_request(), {"N": 1 << 40})  # 4 TiB of fp32 if it were allocated
-    assert harness._input_elements(task) == 4 << 40
+    assert sharing.input_elements(task) == 4 << 40
 
 
 def test_smaller_variants_run_first_and_larger_after() -> None:
@@ -56,7 +56,7 @@ def test_unknown_sizes_run_after_the_main_trials() -> None:
         update={"task_source": TASK.replace("torch.randn(ROWS, N)", "open('/nonexistent')")}
     )
     main = harness._load_task(req, {})
-    assert harness._input_elements(main) == -1
+    assert sharing.input_elements(main) == -1
     assert harness._split_by_size(req, main, [{"N": 16}]) == ([], [{"N": 16}])
 
 

@@ -1,0 +1,97 @@
+"""The timed phase of an evaluation: interleaved timing, the recheck after timing, the speed-of-light floor."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from htam_graph.kernels_runtime import checks, guards, timing
+from htam_graph.kernels_runtime.execution import CandidateFailure, candidate_call, make_inputs
+from htam_graph.kernels_runtime.measure import compiled_reference, speed_of_light
+from htam_graph.kernels_runtime.recorder import Recorder
+from htam_graph.kernels_runtime.sharing import exclusive, shared
+from htam_graph.kernels_runtime.trials import TrialContext, attributed, run_trial, trial_seed, verify_guards
+from htam_graph.model import ErrorKind, EvalRequest
+
+__all__ = ["time_and_recheck"]
+
+
+def time_and_recheck(
+    req: EvalRequest,
+    rec: Recorder,
+    ctx: TrialContext,
+    task: types.ModuleType,
+    ref: Any,
+    cand: Any,
+    phase: Callable[[str], contextlib.AbstractContextManager[None]],
+) -> None:
+    """Time candidate, eager reference and torch.compile interleaved (alone on the GPU), then re-check the
+    candidate on the timing storage refilled and on fresh storage, then the speed-of-light floor."""
+    seed = trial_seed(req, 0, 500)
+    with shared(ctx.device):
+        inputs = make_inputs(task, seed, ctx.device)
+        ref_inputs, cand_inputs = checks.clone_inputs(inputs), checks.clone_inputs(inputs)
+    per_call: list[int] = []
+
+    def run_ref() -> None:
+        with torch.no_grad():
+            ref(*ref_inputs)
+
+    def run_cand() -> None:
+        before = ctx.counter.total
+        with torch.no_grad():
+            candidate_call(lambda: cand(*cand_inputs), ctx.candidate_file, "the candidate raised while timed")
+        per_call.append(ctx.counter.total - before)
+
+    fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
+    # No lock around the torch.compile warm-up: Inductor compiles on the CPU for tens of seconds under a loaded
+    # bench, and holding the shared lock that long stalled every timer on the GPU (H200 bench: first steps timed out
+    # at 240 s). Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
+    with phase("torch_compile"):
+        compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
+    if compiled is not None:
+        fns["compile"] = compiled
+    guards.pin_precision(req.precision_policy)
+    with (
+        phase("timing"),
+        exclusive(ctx.device),
+    ):  # alone on the GPU: no other bench worker's kernels inside the timed windows
+        t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
+    verify_guards(ctx)
+    if ctx.require_kernel and min(per_call) == 0:
+        raise CandidateFailure(
+            ErrorKind.HACK_DETECTED, "kernel_launched", "a timed call launched no custom kernel"
+        )
+    median, iqr = timing.summarise(t.samples_us["cand"])
+    ref_us = t.median_us("ref")
+    rec.set(runtimes_us=t.samples_us["cand"], runtime_us=median, runtime_spread_us=iqr, ref_eager_us=ref_us,
+            speedup_eager_x=ref_us / median if median > 0 else None)  # fmt: skip
+    if "compile" in t.samples_us:
+        comp_us = t.median_us("compile")
+        rec.set(ref_compile_us=comp_us, speedup_compile_x=comp_us / median if median > 0 else None)
+    problem = t.wall_problem("cand")
+    if problem:
+        raise CandidateFailure(ErrorKind.HACK_DETECTED, "device_sync", problem)
+    rec.ok(
+        "device_sync",
+        "device-wide synchronize inside every timed window" if not t.on_cpu else "CPU: perf_counter",
+    )
+    # Recheck (pitfalls 3, 12): fresh values in the very storage used for timing, then fresh storage.
+    with attributed("recheck_after_timing"), phase("recheck"), shared(ctx.device):
+        run_trial(
+            ctx,
+            task,
+            ref,
+            cand,
+            trial_seed(req, 0, 501),
+            "recheck after timing (same storage)",
+            cand_storage=cand_inputs,
+        )
+        run_trial(ctx, task, ref, cand, trial_seed(req, 0, 502), "recheck after timing (fresh storage)")
+    rec.ok("recheck_after_timing", "2 calls: refilled timing storage and fresh storage")
+    with phase("speed_of_light"), shared(ctx.device):
+        speed_of_light(req, rec, ctx, ref, inputs, median)
