@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from htam_graph import memory, policy
+from htam_graph.confirm import confirm_best
 from htam_graph.errors import BackendError, HtamError
 from htam_graph.model import (
     AttemptExample,
     AttemptRecord,
-    Device,
     DirectionScore,
     ErrorKind,
     EvalRequest,
@@ -33,113 +33,28 @@ from htam_graph.model import (
     GenerationReply,
     GenerationRequest,
     GlobalDirection,
-    Language,
     LocalWithEvidence,
-    PrecisionPolicy,
     RunRecord,
-    ShapeVariant,
     Task,
-    Usage,
 )
 from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore
+from htam_graph.runtypes import POLICIES, PolicyName, RunConfig, RunResult, StepOutcome
 from htam_graph.settings import PolicySettings
 from htam_graph.state import memory_context, reference_as_candidate, state_summary
 
+__all__ = [
+    "POLICIES",
+    "ExecutableLocals",
+    "OptimizationLoop",
+    "PolicyName",
+    "RunConfig",
+    "RunResult",
+    "StepOutcome",
+]
+
 log = logging.getLogger(__name__)
 
-PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
-POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How one run is carried out (all of it recorded on the Run node)."""
-
-    steps: int = 6
-    policy: PolicyName = "htam"
-    device: Device = "cuda"
-    shape: ShapeVariant = "default"
-    language: Language = Language.TRITON
-    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
-    seed: int = 0
-    timeout_s: float = 600.0
-    trials: int = 5
-    timing_runs: int | None = None  # None: 20 on a GPU; 3 on the CPU, where timings are never claims
-    record: bool = True  # False: a frozen memory (read, never written)
-    # Before a run returns a kernel, it is checked again on fresh seeds (`confirm_trials` trials; None: 10 on a
-    # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 5: five trials
-    # let it through by luck. A kernel that fails its confirmation is not returned (the next best is tried).
-    confirm_trials: int | None = None
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What happened at one step (also what `trajectory.json` holds)."""
-
-    step: int
-    global_key: str
-    local_key: str | None
-    direction_probability: float
-    status: Literal["improved", "correct", "failed"]
-    error_kind: ErrorKind | None
-    error_excerpt: str
-    speedup_x: float | None
-    best_speedup_x: float
-    gain: float
-    source: str | None
-    result: EvalResult | None
-    usage: Usage
-    attempt_key: str
-
-
-@dataclass
-class RunResult:
-    """The run's outcome: the best correct candidate (or the reference) and every step."""
-
-    run_key: str
-    task_key: str
-    best_source: str
-    best_is_reference: bool
-    best_step: int | None
-    best_speedup_x: float
-    best_result: EvalResult | None
-    steps: list[StepOutcome] = field(default_factory=list)
-    stopped_reason: str = ""
-    backend_error: BackendError | None = None
-    ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
-    ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
-    first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome
-    confirmation: str = (
-        ""  # how the returned kernel was confirmed on fresh seeds (or why candidates were dropped)
-    )
-
-    @property
-    def best_speedup_compile_x(self) -> float | None:
-        """Speed-up of the returned kernel over torch.compile (the reference's own ratio when it is returned)."""
-        if self.ref_compile_us is None:
-            return None
-        if self.best_is_reference or self.best_result is None or not self.best_result.runtime_us:
-            return self.ref_compile_us / self.ref_eager_us if self.ref_eager_us else None
-        return self.ref_compile_us / self.best_result.runtime_us
-
-    @property
-    def usage(self) -> Usage:
-        """Tokens and dollars summed over the steps."""
-        total = Usage()
-        for s in self.steps:
-            u = s.usage
-            total = Usage(
-                input_tokens=total.input_tokens + u.input_tokens,
-                output_tokens=total.output_tokens + u.output_tokens,
-                cache_read_tokens=total.cache_read_tokens + u.cache_read_tokens,
-                cache_write_tokens=total.cache_write_tokens + u.cache_write_tokens,
-                cost_usd=total.cost_usd + u.cost_usd,
-                cost_known=total.cost_known and u.cost_known,
-            )
-        return total
-
-
-_MAX_ALTERNATIVES = 4
+_MAX_ALTERNATIVES = 4  # other strategies under the chosen direction offered to an LLM
 
 ExecutableLocals = Callable[[Task], Sequence[str]]
 """For generators that can only act on some strategies (the offline rules): the local keys they can execute."""
@@ -232,67 +147,8 @@ class OptimizationLoop:
             if self.on_step:
                 self.on_step(outcome)
         result.stopped_reason = result.stopped_reason or f"{cfg.steps} steps done"
-        self._confirm(task, result)
+        confirm_best(self.evaluator, cfg, task, result)
         return result
-
-    # ------------------------------------------------------------------------------------------- confirmation
-    def _confirm(self, task: Task, result: RunResult) -> None:
-        """Re-check the kernel to be returned on fresh seeds; drop it (and try the next best) if it fails."""
-        cfg = self.config
-        trials = cfg.confirm_trials if cfg.confirm_trials is not None else (10 if cfg.device == "cuda" else 0)
-        if trials <= 0 or result.best_is_reference:
-            return
-        # the returned kernel first, then the other correct steps faster than the reference, fastest first
-        best = [s for s in result.steps if s.step == result.best_step]
-        others = sorted(
-            (
-                s
-                for s in result.steps
-                if s.step != result.best_step and s.source and s.result and s.result.correct
-                and (s.speedup_x or 0.0) > 1.0
-            ),
-            key=lambda s: -(s.speedup_x or 0.0),
-        )  # fmt: skip
-        notes: list[str] = []
-        tried: set[str] = set()
-        for s in best + others:
-            if s.source is None or s.source in tried:
-                continue
-            tried.add(s.source or "")
-            check = self.evaluator.evaluate(
-                EvalRequest(
-                    task_key=task.key,
-                    task_source=task.source,
-                    candidate_source=s.source or "",
-                    device=cfg.device,
-                    shape=cfg.shape,
-                    precision_policy=cfg.precision_policy,
-                    trials=trials,
-                    timing_runs=cfg.timing_runs or (20 if cfg.device == "cuda" else 3),
-                    timeout_s=cfg.timeout_s,
-                    seed=cfg.seed + 10_000,
-                    measure_baselines=False,
-                )
-            )
-            if check.correct:
-                if s.step != result.best_step:
-                    result.best_source, result.best_step, result.best_result = (
-                        s.source or "",
-                        s.step,
-                        s.result,
-                    )
-                    result.best_speedup_x = s.speedup_x or 1.0
-                notes.append(f"step {s.step} confirmed: {trials} more trials on fresh seeds passed")
-                result.confirmation = "; ".join(notes)
-                return
-            why = check.error_excerpt.splitlines()[0][:160] if check.error_excerpt else ""
-            kind = check.error_kind.value if check.error_kind else "not correct"
-            notes.append(f"step {s.step} failed its confirmation ({kind}: {why})")
-            if len(tried) >= 3:
-                break
-        result.best_source, result.best_is_reference = reference_as_candidate(task.source), True
-        result.best_step, result.best_result, result.best_speedup_x = None, None, 1.0
-        result.confirmation = "; ".join(notes + ["the reference is returned"])
 
     # ------------------------------------------------------------------------------------------- choice
     def _allowed_directions(

@@ -21,7 +21,9 @@ class PolicySettings(BaseModel):
         default=0.05, description="mean gain (ln speed-up) a transition is shrunk towards; > no_support_score"
     )
     prior_strength: float = Field(default=3.0, ge=0.0, description="pseudo-count of the shrinkage prior")
-    compile_penalty: float = Field(default=0.1, ge=0.0, description="utility lost per unit compile-failure rate")
+    compile_penalty: float = Field(
+        default=0.1, ge=0.0, description="utility lost per unit compile-failure rate"
+    )
     no_support_score: float = Field(default=0.0, description="score of a direction with no precedent")
     temperature: float = Field(default=0.05, gt=0.0, description="softmax temperature over scores")
     explore_bonus: float = Field(default=0.02, ge=0.0, description="UCB-style bonus / sqrt(1 + support)")
@@ -29,7 +31,9 @@ class PolicySettings(BaseModel):
         default=0.5, ge=0.0, le=1.0, description="weight of evidence measured on another GPU architecture"
     )
     local_explore_c: float = Field(
-        default=0.1, ge=0.0, description="UCB constant of the local-strategy choice: mean gain + c·sqrt(ln N / n)"
+        default=0.1,
+        ge=0.0,
+        description="UCB constant of the local-strategy choice: mean gain + c·sqrt(ln N / n)",
     )
 
 

@@ -1,0 +1,106 @@
+"""What a run is configured with and what it returns: `RunConfig`, `StepOutcome`, `RunResult` (and the policies).
+
+Plain data, shared by the loop (`loop.py`), its confirmation step (`confirm.py`), the CLI and the bench; the loop
+re-exports them, so `from htam_graph.loop import RunConfig` keeps working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from htam_graph.errors import BackendError
+from htam_graph.model import Device, ErrorKind, EvalResult, Language, PrecisionPolicy, ShapeVariant, Usage
+
+__all__ = ["POLICIES", "PolicyName", "RunConfig", "RunResult", "StepOutcome"]
+
+PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
+POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How one run is carried out (all of it recorded on the Run node)."""
+
+    steps: int = 6
+    policy: PolicyName = "htam"
+    device: Device = "cuda"
+    shape: ShapeVariant = "default"
+    language: Language = Language.TRITON
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
+    seed: int = 0
+    timeout_s: float = 600.0
+    trials: int = 5
+    timing_runs: int | None = None  # None: 20 on a GPU; 3 on the CPU, where timings are never claims
+    record: bool = True  # False: a frozen memory (read, never written)
+    # Before a run returns a kernel, it is checked again on fresh seeds (`confirm_trials` trials; None: 10 on a
+    # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 5: five trials
+    # let it through by luck. A kernel that fails its confirmation is not returned (the next best is tried).
+    confirm_trials: int | None = None
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What happened at one step (also what `trajectory.json` holds)."""
+
+    step: int
+    global_key: str
+    local_key: str | None
+    direction_probability: float
+    status: Literal["improved", "correct", "failed"]
+    error_kind: ErrorKind | None
+    error_excerpt: str
+    speedup_x: float | None
+    best_speedup_x: float
+    gain: float
+    source: str | None
+    result: EvalResult | None
+    usage: Usage
+    attempt_key: str
+
+
+@dataclass
+class RunResult:
+    """The run's outcome: the best correct candidate (or the reference) and every step."""
+
+    run_key: str
+    task_key: str
+    best_source: str
+    best_is_reference: bool
+    best_step: int | None
+    best_speedup_x: float
+    best_result: EvalResult | None
+    steps: list[StepOutcome] = field(default_factory=list)
+    stopped_reason: str = ""
+    backend_error: BackendError | None = None
+    ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
+    ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
+    first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome
+    confirmation: str = (
+        ""  # how the returned kernel was confirmed on fresh seeds (or why candidates were dropped)
+    )
+
+    @property
+    def best_speedup_compile_x(self) -> float | None:
+        """Speed-up of the returned kernel over torch.compile (the reference's own ratio when it is returned)."""
+        if self.ref_compile_us is None:
+            return None
+        if self.best_is_reference or self.best_result is None or not self.best_result.runtime_us:
+            return self.ref_compile_us / self.ref_eager_us if self.ref_eager_us else None
+        return self.ref_compile_us / self.best_result.runtime_us
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and dollars summed over the steps."""
+        total = Usage()
+        for s in self.steps:
+            u = s.usage
+            total = Usage(
+                input_tokens=total.input_tokens + u.input_tokens,
+                output_tokens=total.output_tokens + u.output_tokens,
+                cache_read_tokens=total.cache_read_tokens + u.cache_read_tokens,
+                cache_write_tokens=total.cache_write_tokens + u.cache_write_tokens,
+                cost_usd=total.cost_usd + u.cost_usd,
+                cost_known=total.cost_known and u.cost_known,
+            )
+        return total
