@@ -59,7 +59,7 @@ def main() -> None:
                                   shape=shape, trials=5, extra_shapes=1, timing_runs=20, measure_baselines=False)  # fmt: skip
                 r = ev.evaluate(req)
                 ph = _phases(r)
-                worker = sum(ph.values())
+                worker = sum(v for k, v in ph.items() if "." not in k)  # "a.b" are parts of phase "a"
                 rows.append((lang, state, r, ph, (r.wall_s or 0.0) - worker))
     print(f"{'candidate':<8} {'cache':<5} {'verdict':<22} {'wall s':>7} {'spawn s':>8} {'compile s':>9} "
           f"{'variants':>8} {'correct s':>9} {'timing s':>8} {'recheck':>8}")  # fmt: skip
@@ -70,6 +70,12 @@ def main() -> None:
             continue
         print(f"{lang:<8} {state:<5} {verdict:<22} {r.wall_s or 0:>7.2f} {spawn:>8.2f} {r.compile_s or 0:>9.2f} "
               f"{ph.get('variants', 0):>8.2f} {ph.get('correctness', 0):>9.2f} {ph.get('timing', 0):>8.2f} {ph.get('recheck', 0):>8.2f}")  # fmt: skip
+    for lang, state, _r, ph, _ in rows:
+        parts = ", ".join(
+            f"{k.split('.', 1)[1]} {v:.2f}" for k, v in ph.items() if k.startswith("correctness.")
+        )
+        if parts:
+            print(f"{lang:<8} {state:<5} correctness s: {parts}")
     print(
         f"device={args.device} shape={shape}; compile s = candidate import + first forward (Triton JIT / load_inline)"
     )

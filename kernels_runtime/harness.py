@@ -241,21 +241,28 @@ def _admitted(
             # that remembers its first call's size (and clips later calls to it) fails a later, larger shape,
             # and one that bakes in the main shape fails the extra one (on the GPU extra variants are smaller
             # than the default sizes, on the CPU larger than smoke sizes).
+            # (sub-phases "correctness.*" break the total down; they are part of it, not added to it)
             smaller, larger = _split_by_size(req, task, variants[1:])
-            _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
-            sharing.release_cache(device)
-            outcomes = [run_trial(ctx, task, ref, cand, trial_seed(req, 0, 0), "trial 1")]
-            for t in range(1, req.trials):
-                later = run_trial(ctx, task, ref, cand, trial_seed(req, 0, t), f"trial {t + 1}")
-                # only the first trial's inputs and output are checked again (degeneracy): holding every
-                # trial's would multiply the device memory by the number of trials
-                outcomes.append(dataclasses.replace(later, inputs=[], ref_out=None))
-            _record_errors(rec, outcomes)
-            sharing.release_cache(device)
-            _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
-            _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
-            _deterministic_rerun(req, rec, ctx, task, ref, cand)
-            _degeneracy(rec, outcomes)
+            with phase("correctness.extra_shapes"):
+                _extra_shapes(req, rec, ctx, candidate, smaller, cand_file)
+                sharing.release_cache(device)
+            with phase("correctness.trials"):
+                outcomes = [run_trial(ctx, task, ref, cand, trial_seed(req, 0, 0), "trial 1")]
+                for t in range(1, req.trials):
+                    later = run_trial(ctx, task, ref, cand, trial_seed(req, 0, t), f"trial {t + 1}")
+                    # only the first trial's inputs and output are checked again (degeneracy): holding every
+                    # trial's would multiply the device memory by the number of trials
+                    outcomes.append(dataclasses.replace(later, inputs=[], ref_out=None))
+                _record_errors(rec, outcomes)
+                sharing.release_cache(device)
+            with phase("correctness.extra_shapes"):
+                _extra_shapes(req, rec, ctx, candidate, larger, cand_file, first=len(smaller) + 1)
+            with phase("correctness.task_configs"):
+                _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
+            with phase("correctness.rerun"):
+                _deterministic_rerun(req, rec, ctx, task, ref, cand)
+            with phase("correctness.degeneracy"):
+                _degeneracy(rec, outcomes)
         del outcomes
         sharing.release_cache(device)
     time_and_recheck(req, rec, ctx, task, ref, cand, phase)

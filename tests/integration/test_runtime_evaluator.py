@@ -112,6 +112,16 @@ def test_reference_as_candidate_passes_on_the_reference_track(evaluator: Subproc
     assert result.max_abs_err == 0.0
 
 
+def test_phase_times_break_correctness_down(evaluator: SubprocessEvaluator) -> None:
+    result = evaluator.evaluate(_req(reference_as_candidate(TINY_TASK), candidate_kind="reference"))
+    text = result.checks["phase_s"].removeprefix("info: ")
+    phases = {name: float(v) for name, _, v in (p.strip().rpartition(" ") for p in text.split(","))}
+    parts = {k: v for k, v in phases.items() if k.startswith("correctness.")}
+    assert {"correctness.trials", "correctness.extra_shapes", "correctness.rerun"} <= set(parts)
+    assert 0 < sum(parts.values()) <= phases["correctness"] + 1e-3  # parts of the total, not added to it
+    assert {"variants", "import", "timing", "recheck"} <= set(phases)
+
+
 def test_reference_as_candidate_fails_on_the_kernel_track(evaluator: SubprocessEvaluator) -> None:
     result = evaluator.evaluate(_req(reference_as_candidate(TINY_TASK)))
     assert result.error_kind is ErrorKind.HACK_DETECTED and "no kernel" in result.error_excerpt
