@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from htam_graph.model import EvalRequest, Task
 from htam_graph.ports import Evaluator
-from htam_graph.state import reference_as_candidate
 
 if TYPE_CHECKING:
     from htam_graph.runtypes import RunConfig, RunResult
@@ -22,8 +21,10 @@ __all__ = ["CONFIRM_SEED_OFFSET", "confirm_best"]
 CONFIRM_SEED_OFFSET = 10_000  # steps use seed + step (step <= a few hundred): confirmation seeds are disjoint
 
 
-def confirm_best(evaluator: Evaluator, cfg: RunConfig, task: Task, result: RunResult) -> None:
-    """Re-check the kernel to be returned on fresh seeds; drop it (and try the next best) if it fails."""
+def confirm_best(evaluator: Evaluator, cfg: RunConfig, task: Task, result: RunResult, reference: str) -> None:
+    """Re-check the kernel to be returned on fresh seeds; drop it (and try the next best) if it fails.
+
+    `reference` is the task's reference as a `ModelNew` source, returned when no kernel survives."""
     trials = cfg.confirm_trials if cfg.confirm_trials is not None else (10 if cfg.device == "cuda" else 0)
     if trials <= 0 or result.best_is_reference:
         return
@@ -75,6 +76,6 @@ def confirm_best(evaluator: Evaluator, cfg: RunConfig, task: Task, result: RunRe
         notes.append(f"step {s.step} failed its confirmation ({kind}: {why})")
         if len(tried) >= 3:
             break
-    result.best_source, result.best_is_reference = reference_as_candidate(task.source), True
+    result.best_source, result.best_is_reference = reference, True
     result.best_step, result.best_result, result.best_speedup_x = None, None, 1.0
     result.confirmation = "; ".join(notes + ["the reference is returned"])

@@ -147,7 +147,7 @@ class OptimizationLoop:
             if self.on_step:
                 self.on_step(outcome)
         result.stopped_reason = result.stopped_reason or f"{cfg.steps} steps done"
-        confirm_best(self.evaluator, cfg, task, result)
+        confirm_best(self.evaluator, cfg, task, result, reference)
         return result
 
     # ------------------------------------------------------------------------------------------- choice
