@@ -147,7 +147,12 @@ class OptimizationLoop:
             if self.on_step:
                 self.on_step(outcome)
         result.stopped_reason = result.stopped_reason or f"{cfg.steps} steps done"
-        confirm_best(self.evaluator, cfg, task, result, reference)
+        failed = confirm_best(self.evaluator, cfg, task, result, reference)
+        if cfg.record:
+            for n, (outcome, check) in enumerate(failed, start=1):
+                memory.record_attempt(
+                    self.store, _confirmation_attempt(run_key, task, cfg, n, outcome, check)
+                )
         return result
 
     # ------------------------------------------------------------------------------------------- choice
@@ -372,3 +377,36 @@ class OptimizationLoop:
             usage=reply.usage,
             attempt_key=attempt_key,
         )
+
+
+def _confirmation_attempt(
+    run_key: str, task: Task, cfg: RunConfig, n: int, confirmed: StepOutcome, check: EvalResult
+) -> AttemptRecord:
+    """A failed confirmation as an attempt of the same strategy on the same kernel: negative evidence that
+    balances the positive evidence its step earned. Numbered after the run's steps; it opens no transition (it
+    re-checks a kernel, it is not a move between directions) and FOLLOWS the attempt it re-checked."""
+    source = confirmed.source or ""
+    return AttemptRecord(
+        key=f"{run_key}-c{n}",
+        run_key=run_key,
+        task_key=task.key,
+        step=cfg.steps + n,
+        global_key=confirmed.global_key,
+        local_key=confirmed.local_key,
+        prev_global_key=None,
+        prev_attempt_key=confirmed.attempt_key,
+        status="failed",
+        error_kind=check.error_kind or ErrorKind.MISMATCH,
+        compiled=check.compiled,
+        correct=False,
+        speedup_x=None,
+        gain=0.0,
+        runtime_us=None,
+        gpu_name=check.gpu_name,
+        gpu_arch=check.gpu_arch,
+        precision_policy=cfg.precision_policy,
+        kernel_language=check.language,
+        kernel_source=source,
+        kernel_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        created_ms=memory.now_ms(),
+    )

@@ -266,6 +266,8 @@ def test_the_returned_kernel_is_confirmed_on_fresh_seeds(seeded) -> None:  # typ
     assert len(ev.requests) == 3 and confirm.trials == 10 and confirm.seed >= 10_000
     assert "correct 1.5" in confirm.candidate_source and not confirm.measure_baselines
     assert result.confirmation == "step 1 confirmed: 10 more trials on fresh seeds passed"
+    # a confirmation that passed is recorded nowhere: only failed ones are evidence
+    assert memory.memory_summary(seeded).labels.get("Attempt") == 2
 
 
 def test_a_kernel_failing_its_confirmation_is_replaced_by_the_next_best(seeded) -> None:  # type: ignore[no-untyped-def]
@@ -289,3 +291,17 @@ def test_no_confirmation_on_the_cpu_by_default(seeded) -> None:  # type: ignore[
     ev = VerdictEvaluator()
     result = _loop(seeded, ScriptedGenerator([_kernel("correct 1.5")]), ev, steps=1).run(_task())
     assert len(ev.requests) == 1 and result.confirmation == "" and result.best_step == 1
+
+
+def test_a_failed_confirmation_is_recorded_as_negative_evidence(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("correct 1.2"), _kernel("flaky 10.8")])
+    result = _loop(seeded, gen, FlakyEvaluator(), steps=2, confirm_trials=10).run(_task())
+    flaky = result.steps[1]
+    assert flaky.status == "improved" and result.best_step == 1
+    summary = memory.memory_summary(seeded)
+    assert summary.labels.get("Attempt") == 3  # 2 steps + the failed confirmation
+    assert summary.relationships.get("FOLLOWS") == 2  # step 1 -> step 2 -> its confirmation
+    assert sum(t.count for t in summary.top_transitions) == 1  # a re-check is no move between directions
+    evidence = {c.strategy.key: c for c in memory.locals_for(seeded, flaky.global_key)}[flaky.local_key]
+    assert evidence.negatives >= 1 and evidence.attempts >= 2
+    assert result.confirmation.endswith("step 1 confirmed: 10 more trials on fresh seeds passed")
