@@ -287,6 +287,8 @@ def run(
             else:
                 best = f"step {result.best_step}, {summary['best_speedup_eager_x']:.3f}x over eager"
             console.print(f"  best: {best}; {result.stopped_reason}")
+            if result.confirmation:
+                console.print(f"  confirmation: {result.confirmation}")
             if result.backend_error is not None:
                 raise result.backend_error  # after the files are written: one line, exit 1
     if as_json:
