@@ -13,21 +13,24 @@ the per-call input copy included; information, not assertions).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
-from htam_graph.model import Task
-from htam_graph.rules.generator import task_view
-from htam_graph.rules.recipes import default_recipes
+from tests.gpu.rules_gpu_support import (
+    FP32_STRICT,
+    GPU_MARKS,
+    CheckOptions,
+    check_case,
+    generate,
+    make_task,
+    report,
+    signed_offset,
+    time_checked,
+)
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "library_offload.channels_last_conv"
 CONVS = (torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 CASES = [
@@ -57,48 +60,10 @@ CASES = [
     "level2/100_ConvTranspose3d_Clamp_Min_Divide.py",
 ]
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout"),
-]
+# a signed copy with a mean offset; the output must also be laid out like the reference's (same strides)
+CHECKS = CheckOptions(transform=signed_offset, check_strides=True)
 
-
-@pytest.fixture(autouse=True)
-def _fp32_strict() -> Iterator[None]:
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    torch.cuda.empty_cache()
-
-
-def make_task(rel: str) -> Task:
-    source = (KB / rel).read_text(encoding="utf-8")
-    return Task(
-        key=f"kernelbench/{rel[:-3]}",
-        suite="kernelbench",
-        level=None,
-        name=rel,
-        source=source,
-        source_sha256="0" * 64,
-    )
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    name = f"rules_cl_gpu_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
+pytestmark = [*GPU_MARKS, FP32_STRICT]
 
 
 def conv_output_is_channels_last(model_new: torch.nn.Module, inputs: list[torch.Tensor]) -> bool:
@@ -119,51 +84,11 @@ def conv_output_is_channels_last(model_new: torch.nn.Module, inputs: list[torch.
     return seen == [True]
 
 
-def run_case(task: Task, candidate_source: str, directory: Path) -> tuple[float, float, float, bool]:
-    """Check ModelNew against Model on CUDA; return (max abs error, ModelNew ms, Model ms, channels-last)."""
-    import triton.testing
-
-    ref_mod = load_task_module(task.source, "reference", {})
-    cand = import_candidate(candidate_source, directory)
-    init = list(ref_mod.get_init_inputs())
-    with torch.device("cuda"):
-        torch.manual_seed(0)
-        model = ref_mod.Model(*init)
-        torch.manual_seed(0)
-        model_new = cand.ModelNew(*init)
-        torch.manual_seed(1)
-        inputs = list(ref_mod.get_inputs())
-    ref_state, new_state = model.state_dict(), model_new.state_dict()
-    assert list(ref_state) == list(new_state)
-    assert all(torch.equal(ref_state[k], new_state[k]) for k in ref_state)
-    worst = 0.0
-    for trial in range(2):
-        if trial == 1:
-            inputs = [x.mul_(6).sub_(3).add_(10) if x.is_floating_point() else x for x in inputs]
-        with torch.no_grad():
-            expected = model(*inputs)
-            got = model_new(*inputs)
-        torch.cuda.synchronize()
-        assert type(got) is torch.Tensor and got.shape == expected.shape and got.dtype == expected.dtype
-        assert got.device.type == "cuda" and got.stride() == expected.stride()
-        err = (got - expected).abs().max().item()
-        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4), f"max abs error {err}"
-        worst = max(worst, err)
-        del expected, got
-    channels_last = conv_output_is_channels_last(model_new, inputs)
-    with torch.no_grad():
-        new_ms = triton.testing.do_bench(lambda: model_new(*inputs), return_mode="median")
-        ref_ms = triton.testing.do_bench(lambda: model(*inputs), return_mode="median")
-    return worst, new_ms, ref_ms, channels_last
-
-
 @pytest.mark.parametrize("rel", CASES, ids=[c.split("/")[1][:-3] for c in CASES])
 def test_channels_last_kernel_matches_reference_on_cuda_at_default_sizes(rel: str, tmp_path: Path) -> None:
     task = make_task(rel)
-    recipe = default_recipes()[KEY]
-    source = recipe.emit(task_view(task), recipe.default_config)  # type: ignore[arg-type]
-    err, new_ms, ref_ms, channels_last = run_case(task, source, tmp_path)
-    print(
-        f"\nRULES_GPU {rel} {KEY} eager_ms={ref_ms:.4f} kernel_ms={new_ms:.4f} speedup={ref_ms / new_ms:.3f}x"
-        f" max_abs_err={err:.2e} conv_out_channels_last={channels_last}"
-    )
+    source = generate(task, KEY)
+    checked = check_case(task, source, tmp_path, CHECKS)
+    channels_last = conv_output_is_channels_last(checked.models.model_new, checked.inputs)
+    result = time_checked(checked)
+    report("RULES_GPU", rel, KEY, result=result, extra=f" conv_out_channels_last={channels_last}")

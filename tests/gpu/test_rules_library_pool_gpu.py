@@ -10,22 +10,13 @@ allclose(1e-4, 1e-4), TF32 off. Timings (triton.testing.do_bench median, ms) are
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
-from htam_graph.model import Task
-from htam_graph.rules.generator import task_view
-from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.tuning import POOL_LADDER
+from tests.gpu.rules_gpu_support import FP32_STRICT, GPU_MARKS, generate, make_task, report, run_case
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 POOL = "data_reuse.pooling_window_reuse"
 CASES = [
     ("level1/42_Max_Pooling_2D.py", POOL),
@@ -40,98 +31,14 @@ CASES = [
     ("level2/20_ConvTranspose3d_Sum_ResidualAdd_Multiply_ResidualAdd.py", "algebraic_rewrite.drop_noops"),
 ]
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout"),
-]
-
-
-@pytest.fixture(autouse=True)
-def _fp32_strict() -> Iterator[None]:
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    torch.cuda.empty_cache()
-
-
-def make_task(rel: str) -> Task:
-    source = (KB / rel).read_text(encoding="utf-8")
-    return Task(
-        key=f"kernelbench/{rel[:-3]}",
-        suite="kernelbench",
-        level=None,
-        name=rel,
-        source=source,
-        source_sha256="0" * 64,
-    )
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    name = f"rules_pool_gpu_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
-
-
-def run_case(task: Task, candidate_source: str, directory: Path) -> tuple[float, float, float]:
-    """Check ModelNew against Model on CUDA; return (max abs error, ModelNew ms, Model ms)."""
-    import triton.testing
-
-    ref_mod = load_task_module(task.source, "reference", {})
-    cand = import_candidate(candidate_source, directory)
-    init = list(ref_mod.get_init_inputs())
-    with torch.device("cuda"):
-        torch.manual_seed(0)
-        model = ref_mod.Model(*init)
-        torch.manual_seed(0)
-        model_new = cand.ModelNew(*init)
-        torch.manual_seed(1)
-        inputs = list(ref_mod.get_inputs())
-    ref_state, new_state = model.state_dict(), model_new.state_dict()
-    assert list(ref_state) == list(new_state) and all(
-        torch.equal(ref_state[k], new_state[k]) for k in ref_state
-    )
-    worst = 0.0
-    for trial in range(2):
-        if trial == 1:
-            inputs = [x.mul_(6).sub_(3) if x.is_floating_point() else x for x in inputs]
-        with torch.no_grad():
-            expected = model(*inputs)
-            got = model_new(*inputs)
-        torch.cuda.synchronize()
-        assert type(got) is torch.Tensor and got.shape == expected.shape and got.dtype == expected.dtype
-        assert got.device.type == "cuda"
-        err = (got - expected).abs().max().item()
-        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4), f"max abs error {err}"
-        worst = max(worst, err)
-        del expected, got
-    with torch.no_grad():
-        new_ms = triton.testing.do_bench(lambda: model_new(*inputs), return_mode="median")
-        ref_ms = triton.testing.do_bench(lambda: model(*inputs), return_mode="median")
-    return worst, new_ms, ref_ms
+pytestmark = [*GPU_MARKS, FP32_STRICT]
 
 
 @pytest.mark.parametrize(("rel", "key"), CASES, ids=[c[0].split("/")[1][:-3] for c in CASES])
 def test_library_pool_kernel_matches_reference_on_cuda(rel: str, key: str, tmp_path: Path) -> None:
     task = make_task(rel)
-    recipe = default_recipes()[key]
-    source = recipe.emit(task_view(task), recipe.default_config)
-    err, new_ms, ref_ms = run_case(task, source, tmp_path)
-    print(
-        f"\nRULES_GPU {rel} {key} eager_ms={ref_ms:.4f} kernel_ms={new_ms:.4f} "
-        f"speedup={ref_ms / new_ms:.3f}x max_abs_err={err:.2e}"
-    )
+    source = generate(task, key)
+    report("RULES_GPU", rel, key, result=run_case(task, source, tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -140,8 +47,9 @@ def test_library_pool_kernel_matches_reference_on_cuda(rel: str, key: str, tmp_p
 def test_every_pool_tuning_config_is_correct_on_cuda(rel: str, tmp_path: Path) -> None:
     task = make_task(rel)
     for config in POOL_LADDER:
-        source = default_recipes()[POOL].emit(task_view(task), config)
-        err, new_ms, ref_ms = run_case(task, source, tmp_path)
+        source = generate(task, POOL, config)
+        r = run_case(task, source, tmp_path)
         print(
-            f"\nRULES_GPU_TUNE {rel} {POOL} {config} eager_ms={ref_ms:.4f} kernel_ms={new_ms:.4f} max_abs_err={err:.2e}"
+            f"\nRULES_GPU_TUNE {rel} {POOL} {config} eager_ms={r.eager_ms:.4f} kernel_ms={r.kernel_ms:.4f}"
+            f" max_abs_err={r.max_abs_err:.2e}"
         )

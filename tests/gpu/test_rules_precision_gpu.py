@@ -30,8 +30,9 @@ from htam_graph.model import (
     Task,
 )
 from htam_graph.rules import RulesGenerator, parse_header
+from tests.gpu.rules_gpu_support import GPU_MARKS, KB
+from tests.gpu.rules_gpu_support import make_task as make_kernelbench_task
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 MATMUL, CONV = "precision.tf32_matmul", "precision.tf32_convolution"
 CASES = [
     ("level2/12_Gemm_Multiply_LeakyReLU.py", MATMUL),
@@ -49,11 +50,7 @@ CASES = [
     ("level2/100_ConvTranspose3d_Clamp_Min_Divide.py", CONV),
 ]
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout"),
-]
+pytestmark = GPU_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +66,7 @@ def _restore_switches() -> Iterator[None]:
 
 
 def make_task(rel: str) -> Task:
-    source = (KB / rel).read_text(encoding="utf-8")
-    return Task(
-        key=f"kernelbench/{rel[:-3]}", suite="kb", level=None, name=rel, source=source, source_sha256="0" * 64
-    )
+    return make_kernelbench_task(rel, suite="kb")
 
 
 def generate(task: Task, key: str, policy: PrecisionPolicy) -> str:
