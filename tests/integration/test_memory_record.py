@@ -222,13 +222,25 @@ def test_hack_detected_is_never_positive(store: Any) -> None:
 
 def test_an_infrastructure_failure_is_recorded_but_is_no_evidence(store: Any) -> None:
     memory.seed_memory(store, tiny_seed())
-    memory.record_attempt(store, attempt("ok", prev_global_key="ga", global_key="gc", local_key=None, gain=0.1))
-    infra = attempt("oom", prev_global_key="ga", global_key="gc", local_key=None, error_kind="infra_error",
-                    correct=False, gain=0.0)
+    memory.record_attempt(
+        store, attempt("ok", prev_global_key="ga", global_key="gc", local_key=None, gain=0.1)
+    )
+    infra = attempt(
+        "oom",
+        prev_global_key="ga",
+        global_key="gc",
+        local_key=None,
+        error_kind="infra_error",
+        correct=False,
+        gain=0.0,
+    )
     assert memory.record_attempt(store, infra) is True
     assert q(store, "MATCH (a:Attempt {key:'oom'}) RETURN a.error_kind AS k") == [{"k": "infra_error"}]
     assert q(store, "MATCH (g:Global {key:'gc'}) RETURN g.attempts AS a")[0]["a"] == 1
-    row = q(store, "MATCH (:Global {key:'ga'})-[t:TRANSITION {gpu_arch:'sm_90'}]->(:Global {key:'gc'}) RETURN t.count AS c")
+    row = q(
+        store,
+        "MATCH (:Global {key:'ga'})-[t:TRANSITION {gpu_arch:'sm_90'}]->(:Global {key:'gc'}) RETURN t.count AS c",
+    )
     assert row == [{"c": 1}]
 
 

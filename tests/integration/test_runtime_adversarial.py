@@ -67,4 +67,3 @@ def test_adversarial_rejected_on_cpu(
         assert result.compiled
         if "dtype" not in result.error_excerpt and "differ while" not in result.error_excerpt:
             assert result.max_abs_err is not None
-
