@@ -201,8 +201,8 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     task = _load_task(req, variants[0])
     # Bench workers can share a GPU: reserve this evaluation's device memory before the candidate is even imported
     # (the queue is not candidate time: the evaluator stops its clock between "queued" and "admitted"), then do
-    # device work under the GPU's shared lock; `_timing` swaps it for the exclusive lock around the timed loop, so
-    # no other worker's kernels run inside a timed window (gpulock.py).
+    # device work under the GPU's shared lock; `timed.time_and_recheck` takes the exclusive lock for the timed
+    # loop, so no other worker's kernels run inside a timed window (gpulock.py).
     need = sharing.memory_need_bytes(task) if device.type == "cuda" else 0
     state.progress("queued")
     with gpulock.memory_budget(device.index or 0, need):
