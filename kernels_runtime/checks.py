@@ -37,6 +37,11 @@ def flatten(value: Any) -> list[Any]:
     return [value]
 
 
+def nbytes(value: Any) -> int:
+    """Bytes held by the tensors of a (nested) tuple/list value; non-tensor leaves count 0."""
+    return sum(t.numel() * t.element_size() for t in flatten(value) if isinstance(t, torch.Tensor))
+
+
 def _tensors(values: Sequence[Any]) -> Iterator[torch.Tensor]:
     for v in flatten(list(values)):
         if isinstance(v, torch.Tensor):

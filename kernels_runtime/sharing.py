@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import types
 import warnings
-from typing import Any
 
 import torch
 
@@ -56,10 +55,6 @@ def release_cache(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _bytes(value: Any) -> int:
-    return sum(x.numel() * x.element_size() for x in checks.flatten(value) if isinstance(x, torch.Tensor))
-
-
 def memory_need_bytes(task: types.ModuleType) -> int:
     """Device memory one evaluation of the task is expected to peak at, for the GPU memory budget.
 
@@ -76,8 +71,8 @@ def memory_need_bytes(task: types.ModuleType) -> int:
             warnings.simplefilter("ignore")
             model = task.Model(*task.get_init_inputs())
             if isinstance(model, torch.nn.Module):
-                param_bytes = _bytes(list(model.parameters()) + list(model.buffers()))
-            out_bytes = _bytes(model(*inputs))
+                param_bytes = checks.nbytes(list(model.parameters()) + list(model.buffers()))
+            out_bytes = checks.nbytes(model(*inputs))
     except Exception:  # no meta kernel for some op: size the inputs alone
         pass
-    return 10 * (_bytes(inputs) + out_bytes) + 2 * param_bytes + (256 << 20)
+    return 10 * (checks.nbytes(inputs) + out_bytes) + 2 * param_bytes + (256 << 20)

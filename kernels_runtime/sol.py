@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from htam_graph.kernels_runtime import checks
 from htam_graph.model import PrecisionPolicy
 
 __all__ = [
@@ -111,18 +112,6 @@ class SolFloor:
         return max(self.bytes_floor_us, self.flop_floor_us or 0.0)
 
 
-def _nbytes(values: Sequence[Any]) -> int:
-    total = 0
-    stack = list(values)
-    while stack:
-        v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            total += v.numel() * v.element_size()
-        elif isinstance(v, list | tuple):
-            stack.extend(v)
-    return total
-
-
 def count_flops(fn: Any, inputs: Sequence[Any]) -> float:
     """Matmul/conv FLOPs of one call of `fn` (conv discounted by CONV_FLOP_DISCOUNT, see the module doc)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -145,8 +134,8 @@ def floor_for(
     l2_bytes: int,
 ) -> SolFloor:
     """Both floors for one call that reads `inputs` and writes `output`."""
-    in_bytes = _nbytes(list(inputs))
-    out_bytes = _nbytes([output])
+    in_bytes = checks.nbytes(list(inputs))
+    out_bytes = checks.nbytes(output)
     moved = in_bytes + (out_bytes if out_bytes > l2_bytes else 0)
     bytes_floor_us = moved / peaks.copy_bytes_per_s * 1e6
     flop_floor_us = None if not flops or peaks.fp32_flops <= 0 else flops / peaks.compute_peak(policy) * 1e6

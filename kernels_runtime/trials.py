@@ -125,12 +125,6 @@ def verify_guards(ctx: TrialContext) -> None:
         )
 
 
-def _nbytes(values: Sequence[Any]) -> int:
-    return sum(
-        t.numel() * t.element_size() for t in checks.flatten(list(values)) if isinstance(t, torch.Tensor)
-    )
-
-
 def _sizes(values: Sequence[Any]) -> list[int]:
     return [t.numel() * t.element_size() for t in checks.flatten(list(values)) if isinstance(t, torch.Tensor)]
 
@@ -167,7 +161,7 @@ def run_trial(
     ref_out = call_reference(ref, ref_inputs, seed, ctx)
     # Poison after the reference ran; its output and input clones stay referenced until the candidate returns,
     # so neither can be recycled into the candidate's "fresh" buffers.
-    ctx.poison_bytes = 2 * (_nbytes(inputs) + _nbytes([ref_out])) + (64 << 20)
+    ctx.poison_bytes = 2 * (checks.nbytes(inputs) + checks.nbytes(ref_out)) + (64 << 20)
     if ctx.device.type == "cpu":
         ctx.poison_bytes = min(ctx.poison_bytes, 256 << 20)
     ctx.poison_sizes = _sizes(list(inputs) + [ref_out])
