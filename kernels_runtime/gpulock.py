@@ -72,30 +72,26 @@ def _sibling(device_index: int, suffix: str) -> Path | None:
     return None if path is None else path.with_suffix(suffix)
 
 
-@contextlib.contextmanager
-def shared_use(device_index: int = 0) -> Iterator[None]:
+def shared_use(device_index: int = 0) -> contextlib.AbstractContextManager[None]:
     """Device work that may overlap other workers' device work, but never a timed section."""
-    path = lock_path(device_index)
-    if path is None:
-        yield
-        return
-    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):  # wait behind a queued timer
-        fd = _acquire(path, fcntl.LOCK_SH)
-    try:
-        yield
-    finally:
-        _release(fd)
+    return _through_turnstile(device_index, fcntl.LOCK_SH)
+
+
+def timing_lock(device_index: int = 0) -> contextlib.AbstractContextManager[None]:
+    """The GPU to ourselves for a timed section: waits until every shared user has left."""
+    return _through_turnstile(device_index, fcntl.LOCK_EX)
 
 
 @contextlib.contextmanager
-def timing_lock(device_index: int = 0) -> Iterator[None]:
-    """The GPU to ourselves for a timed section: waits until every shared user has left."""
+def _through_turnstile(device_index: int, mode: int) -> Iterator[None]:
+    """Take the GPU's lock in `mode` after passing the turnstile. A shared user waits there behind a queued
+    timer; a timer holds it while it waits for the exclusive lock, so no new shared user gets in meanwhile."""
     path = lock_path(device_index)
     if path is None:
         yield
         return
-    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):  # no new shared users from now on
-        fd = _acquire(path, fcntl.LOCK_EX)
+    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):
+        fd = _acquire(path, mode)
     try:
         yield
     finally:
