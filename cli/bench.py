@@ -78,8 +78,7 @@ def _version(dist: str) -> str:
 
 
 def _timing_method(device: Device) -> str:
-    # The loop's choice when RunConfig.timing_runs is left unset (None): 20 runs on a GPU, 3 on the CPU.
-    runs = RunConfig().timing_runs or (20 if device == "cuda" else 3)
+    runs = RunConfig(device=device).timed_runs  # the loop's choice when timing_runs is left unset
     warmup = EvalRequest.model_fields["warmup_runs"].default
     if device == "cuda":
         return (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from htam_graph.model import EvalRequest, EvalResult, Task
+from htam_graph.model import EvalResult, Task
 from htam_graph.ports import Evaluator
 
 if TYPE_CHECKING:
@@ -50,29 +50,15 @@ def confirm_best(
     for s in best + others:
         if s.source is None or s.source in tried:
             continue
-        tried.add(s.source or "")
+        tried.add(s.source)
         check = evaluator.evaluate(
-            EvalRequest(
-                task_key=task.key,
-                task_source=task.source,
-                candidate_source=s.source or "",
-                device=cfg.device,
-                shape=cfg.shape,
-                precision_policy=cfg.precision_policy,
-                trials=trials,
-                timing_runs=cfg.timing_runs or (20 if cfg.device == "cuda" else 3),
-                timeout_s=cfg.timeout_s,
-                seed=cfg.seed + CONFIRM_SEED_OFFSET,
-                measure_baselines=False,
+            cfg.eval_request(
+                task, s.source, seed=cfg.seed + CONFIRM_SEED_OFFSET, trials=trials, measure_baselines=False
             )
         )
         if check.correct:
             if s.step != result.best_step:
-                result.best_source, result.best_step, result.best_result = (
-                    s.source or "",
-                    s.step,
-                    s.result,
-                )
+                result.best_source, result.best_step, result.best_result = s.source, s.step, s.result
                 result.best_speedup_x = s.speedup_x or 1.0
             notes.append(f"step {s.step} confirmed: {trials} more trials on fresh seeds passed")
             result.confirmation = "; ".join(notes)

@@ -28,7 +28,6 @@ from htam_graph.model import (
     AttemptRecord,
     DirectionScore,
     ErrorKind,
-    EvalRequest,
     EvalResult,
     GenerationReply,
     GenerationRequest,
@@ -292,17 +291,11 @@ class OptimizationLoop:
         else:
             # torch.compile of the reference costs seconds: it is measured once per run, at the first timed step.
             evaluation = self.evaluator.evaluate(
-                EvalRequest(
-                    task_key=task.key,
-                    task_source=task.source,
-                    candidate_source=reply.source,
-                    device=cfg.device,
-                    shape=cfg.shape,
-                    precision_policy=cfg.precision_policy,
-                    trials=cfg.trials,
-                    timing_runs=cfg.timing_runs or (20 if cfg.device == "cuda" else 3),
-                    timeout_s=cfg.timeout_s,
+                cfg.eval_request(
+                    task,
+                    reply.source,
                     seed=cfg.seed + step,
+                    trials=cfg.trials,
                     measure_baselines=result.ref_compile_us is None,
                 )
             )

@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from htam_graph.errors import BackendError
-from htam_graph.model import Device, ErrorKind, EvalResult, Language, PrecisionPolicy, ShapeVariant, Usage
+from htam_graph.model import (
+    Device,
+    ErrorKind,
+    EvalRequest,
+    EvalResult,
+    Language,
+    PrecisionPolicy,
+    ShapeVariant,
+    Task,
+    Usage,
+)
 
 __all__ = ["POLICIES", "PolicyName", "RunConfig", "RunResult", "StepOutcome"]
 
@@ -37,6 +47,29 @@ class RunConfig:
     # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 5: five trials
     # let it through by luck. A kernel that fails its confirmation is not returned (the next best is tried).
     confirm_trials: int | None = None
+
+    def eval_request(
+        self, task: Task, source: str, *, seed: int, trials: int, measure_baselines: bool
+    ) -> EvalRequest:
+        """The evaluation of one candidate of this run (a step, or a confirmation with its own seed/trials)."""
+        return EvalRequest(
+            task_key=task.key,
+            task_source=task.source,
+            candidate_source=source,
+            device=self.device,
+            shape=self.shape,
+            precision_policy=self.precision_policy,
+            trials=trials,
+            timing_runs=self.timed_runs,
+            timeout_s=self.timeout_s,
+            seed=seed,
+            measure_baselines=measure_baselines,
+        )
+
+    @property
+    def timed_runs(self) -> int:
+        """`timing_runs`, or its default for the device: 20 on a GPU, 3 on the CPU."""
+        return self.timing_runs or (20 if self.device == "cuda" else 3)
 
 
 @dataclass(frozen=True)
