@@ -15,7 +15,6 @@ wall-clock medians on the CPU, meaningless under the interpreter): information, 
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 import torch
 
+from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
 from htam_graph.kernels_runtime.taskmod import load_task_module
 from htam_graph.model import Task
 from htam_graph.rules import KernelConfig
@@ -69,18 +69,16 @@ def generate(task: Task, key: str, config: KernelConfig | None = None) -> str:
 
 
 def import_candidate(source: str, directory: Path) -> ModuleType:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_gpu_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    """Import a generated source with the runtime's own loader (`load_candidate`: a real file under `directory`,
+    since @triton.jit reads the function's source; no size overrides). A candidate that does not load, or
+    defines no class ModelNew, fails the test with the runtime's classification and message."""
     try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
+        module: ModuleType = load_candidate(source, directory, {})[0]
+    except CandidateFailure as failure:
+        pytest.fail(
+            f"the candidate did not load ({failure.kind}): {failure}\n{failure.excerpt}", pytrace=False
+        )
+    sys.modules.pop(module.__name__, None)  # load_candidate leaves it registered; keep tests independent
     return module
 
 

@@ -6,15 +6,15 @@ End to end (TRITON_INTERPRET=1, smoke sizes): for an elementwise chain, a norm w
 wrong candidates built on it: output + 1e-2, wrong only on negative inputs (caught only by the transformed
 copy), perturbed weights (caught by the state-dict check), one index off by one (caught by the exact check).
 The kernels use tl.reduce, so those checks run in a fresh child process with TRITON_INTERPRET=1 set before
-triton is imported. In process (no Triton): `compare_outputs`, `fp32_strict` and the CPU timer.
+triton is imported. In process (no Triton): `compare_outputs`, `fp32_strict`, the CPU timer and
+`import_candidate` (the runtime's `load_candidate`: a candidate that does not load fails the test with the
+runtime's classification and message).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +25,7 @@ import torch
 
 SUPPORT_PATH = Path(__file__).resolve().parents[1] / "gpu" / "rules_gpu_support.py"
 SUPPORT_NAME = "tests.gpu.rules_gpu_support"
+INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 # Appended to a generated source: a ModelNew that is wrong in one known way (the correct one is its base).
@@ -90,7 +91,7 @@ def load_support() -> ModuleType:
 
 
 def run_scenarios(
-    rel: str, key: str, overrides: dict[str, int], options: dict[str, Any], wrong: list[str], directory: str
+    rel: str, key: str, overrides: dict[str, int], options: dict[str, Any], wrong: list[str], directory: Path
 ) -> list[dict[str, Any]]:
     """In the child: run_case on the CPU for the generated kernel, then for each wrong variant of it."""
     support = load_support()
@@ -105,7 +106,7 @@ def run_scenarios(
             with support.fp32_strict():
                 assert torch.backends.cuda.matmul.allow_tf32 is False
                 result = support.run_case(
-                    task, candidate, Path(directory), checks, device="cpu", overrides=overrides
+                    task, candidate, directory, checks, device="cpu", overrides=overrides
                 )
         except AssertionError as error:
             outcomes.append({"variant": variant, "passed": False, "error": str(error)})
@@ -117,26 +118,8 @@ def run_scenarios(
 
 def isolated(function: str, **kwargs: Any) -> Any:
     """Call a function of this module in a fresh process with TRITON_INTERPRET=1 set before any import."""
-    args = Path(kwargs["directory"]) / "isolated_args.json"
-    args.write_text(json.dumps(kwargs), encoding="utf-8")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('rules_gpu_support_child', {str(Path(__file__))!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
-        f"print(json.dumps(getattr(module, {function!r})(**kwargs)))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", "-c", code, str(args)],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    run_isolated = runpy.run_path(str(INTERP_CHILD))["run_isolated"]
+    return run_isolated(__file__, function, kwargs, runtime_warnings_are_errors=True)
 
 
 @pytest.mark.parametrize(
@@ -218,3 +201,40 @@ def test_transforms_change_only_floating_point_inputs() -> None:
     out = support.transformed([x.clone(), n], support.signed_offset)
     assert torch.equal(out[0], torch.tensor([7.0, 10.0, 13.0])) and out[1] is n
     assert torch.equal(support.transformed([x.clone()], support.signed)[0], torch.tensor([-3.0, 0.0, 3.0]))
+
+
+# A plain-torch candidate (no Triton), so the loader is checked in process.
+PLAIN_CANDIDATE = (
+    "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+)
+
+
+def test_import_candidate_loads_through_the_runtime_loader(tmp_path: Path) -> None:
+    support = load_support()
+    module = support.import_candidate(PLAIN_CANDIDATE, tmp_path)
+    assert Path(module.__file__).parent == tmp_path  # a real file: @triton.jit reads the source
+    assert Path(module.__file__).read_text(encoding="utf-8") == PLAIN_CANDIDATE
+    assert module.__name__ not in sys.modules
+    assert torch.equal(module.ModelNew()(torch.ones(3)), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            PLAIN_CANDIDATE + "raise ValueError('broken at import')\n",
+            "(compile_error): the candidate module failed to load: ValueError: broken at import",
+        ),
+        (PLAIN_CANDIDATE + "def broken(:\n", "(compile_error): SyntaxError: "),
+        ("import torch\n\nclass Model(torch.nn.Module):\n    pass\n", "does not define a class ModelNew"),
+    ],
+    ids=["raises_at_import", "syntax_error", "no_model_new"],
+)
+def test_import_candidate_fails_the_test_with_the_runtime_message(
+    source: str, message: str, tmp_path: Path
+) -> None:
+    support = load_support()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        support.import_candidate(source, tmp_path)
+    assert str(failed.value).startswith("the candidate did not load (compile_error): ")
+    assert message in str(failed.value)
