@@ -13,9 +13,7 @@ with TRITON_INTERPRET=1 set before triton is imported.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from htam_graph.rules import KernelConfig, RulesGenerator
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
+INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 LOSS = "fusion.pointwise_into_reduction"
 SCAN = "reduction_structure.block_scan"
@@ -189,27 +188,8 @@ def check_against_reference(
 
 def isolated(function: str, **kwargs: Any) -> Any:
     """Call a function of this module in a fresh process with TRITON_INTERPRET=1 set before any import."""
-    args = Path(kwargs.pop("directory")) / "isolated_args.json"
-    args.write_text(json.dumps({**kwargs, "directory": str(args.parent)}), encoding="utf-8")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('rules_loss_scan_child', {str(Path(__file__))!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
-        "kwargs['directory'] = module.Path(kwargs['directory'])\n"
-        f"print(json.dumps(getattr(module, {function!r})(**kwargs)))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(args)],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    run_isolated = runpy.run_path(str(INTERP_CHILD))["run_isolated"]
+    return run_isolated(__file__, function, kwargs)
 
 
 def run_recipe(source: str, key: str, overrides: dict[str, Any], signed: bool, directory: Path) -> float:
