@@ -272,7 +272,8 @@ class SubprocessEvaluator:
     def _watch(
         self, proc: subprocess.Popen[bytes], run: WorkerRun, requests: list[EvalRequest], started: float
     ) -> list[Any]:
-        current, current_start = 0, started
+        # `used`: the current request's time outside waits for the GPU; the clock pauses (not restarts) in a wait.
+        current, used, last = 0, 0.0, started
         while True:
             results = run.results()
             if -1 in results or any(v is None for v in results.values()):
@@ -280,7 +281,7 @@ class SubprocessEvaluator:
             if len(results) == len(requests):
                 return [results[i] for i in range(len(requests))]
             if current in results:
-                current, current_start = current + 1, time.perf_counter()
+                current, used, last = current + 1, 0.0, time.perf_counter()
                 continue
             rc = proc.poll()
             if rc is not None:
@@ -288,16 +289,19 @@ class SubprocessEvaluator:
                 if len(results) == len(requests):
                     return [results[i] for i in range(len(requests))]
                 return self._collect(results, requests, run, self._lost(rc, run, current))
+            now = time.perf_counter()
             if self._queued(run, current):
-                # waiting for the GPU memory budget, before any candidate code ran: not the candidate's time
-                current_start = time.perf_counter()
-                if current_start - started > _MAX_QUEUE_S:
+                # waiting for the GPU (memory budget or lock), in the harness: not the candidate's time
+                last = now
+                if now - started > _MAX_QUEUE_S:
                     _kill_group(proc)
-                    msg = f"waited over {_MAX_QUEUE_S:g} s for GPU memory; the worker was stopped"
+                    msg = f"waited over {_MAX_QUEUE_S:g} s for GPU memory or the GPU lock; the worker was stopped"
                     return [results[i] for i in range(current)] + [
                         failure_result(requests[current], ErrorKind.INFRA_ERROR, msg)
                     ]
-            elif time.perf_counter() - current_start > requests[current].timeout_s:
+            else:
+                used, last = used + (now - last), now
+            if used > requests[current].timeout_s:
                 _kill_group(proc)
                 self._clear_locks(requests[current])
                 kept = [results[i] for i in range(current)]
@@ -307,9 +311,9 @@ class SubprocessEvaluator:
 
     @staticmethod
     def _queued(run: WorkerRun, current: int) -> bool:
-        """Request `current` is waiting for the GPU memory budget (queued, not yet admitted)."""
+        """Request `current` is waiting for the GPU (memory budget or lock): more "queued" than "admitted" lines."""
         lines = run.progress_lines()
-        return f"queued {current}" in lines and f"admitted {current}" not in lines
+        return lines.count(f"queued {current}") > lines.count(f"admitted {current}")
 
     def _lost(self, rc: int, run: WorkerRun, current: int) -> tuple[ErrorKind, str]:
         progress = run.progress_lines()

@@ -21,6 +21,13 @@ dies and the ledger drops reservations of dead pids, so a killed worker never bl
 Order, which makes deadlock impossible: memory reservation first, then shared or exclusive use, never a
 reservation while holding the shared lock, and the shared lock is released before the exclusive one is taken.
 When `HTAM_GPU_LOCK_DIR` is unset (a single `htam-graph run`), everything here is a no-op.
+
+Waiting here is not the candidate's time. Every wait (for the memory budget, the turnstile, the shared or the
+exclusive lock) is announced to the listener installed with `wait_listener` ("queued" before, "admitted" after);
+the worker forwards these to its progress file and the evaluator stops the request's timeout clock between them.
+On the H200 bench (2026-11-30) one evaluation's "timing" phase took 77 s where the same task's timed loop takes
+under 1 s (the rest was waiting for the exclusive lock), and 7 first steps of level2 tasks timed out at 240 s
+with no phase recorded; before this change such waits ran on the candidate's clock.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -42,6 +49,7 @@ __all__ = [
     "reservations",
     "shared_use",
     "timing_lock",
+    "wait_listener",
 ]
 
 LOCK_DIR_ENV = "HTAM_GPU_LOCK_DIR"
@@ -49,6 +57,30 @@ MEMORY_FRACTION_ENV = "HTAM_GPU_MEMORY_FRACTION"
 DEFAULT_MEMORY_FRACTION = 0.85
 _POLL_S = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_listener: Callable[[str], None] | None = None  # told "queued" / "admitted" around every wait (wait_listener)
+
+
+@contextlib.contextmanager
+def wait_listener(listener: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, `listener("queued")` / `listener("admitted")` bracket every wait for this GPU."""
+    global _listener
+    previous, _listener = _listener, listener
+    try:
+        yield
+    finally:
+        _listener = previous
+
+
+@contextlib.contextmanager
+def _waiting() -> Iterator[None]:
+    listener = _listener
+    if listener is not None:
+        listener("queued")
+    try:
+        yield
+    finally:
+        if listener is not None:
+            listener("admitted")
 
 
 def _physical_id(device_index: int) -> str:
@@ -90,8 +122,9 @@ def _through_turnstile(device_index: int, mode: int) -> Iterator[None]:
     if path is None:
         yield
         return
-    with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):
-        fd = _acquire(path, mode)
+    with _waiting():
+        with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):
+            fd = _acquire(path, mode)
     try:
         yield
     finally:
@@ -115,14 +148,15 @@ def memory_budget(device_index: int, need_bytes: int, budget_bytes: int | None =
     ledger = lock.with_suffix(".json")
     budget = _budget_bytes(device_index) if budget_bytes is None else budget_bytes
     me = str(os.getpid())
-    while True:
-        with _flock(lock, fcntl.LOCK_EX):
-            held = _live(_read(ledger))
-            if not held or sum(held.values()) + need_bytes <= budget:
-                held[me] = need_bytes
-                _write(ledger, held)
-                break
-        time.sleep(_POLL_S)
+    with _waiting():
+        while True:
+            with _flock(lock, fcntl.LOCK_EX):
+                held = _live(_read(ledger))
+                if not held or sum(held.values()) + need_bytes <= budget:
+                    held[me] = need_bytes
+                    _write(ledger, held)
+                    break
+            time.sleep(_POLL_S)
     try:
         yield
     finally:

@@ -64,8 +64,8 @@ class WorkerState:
         self.identities = guards.snapshot_identities()
         self.counter = guards.LaunchCounter()
         self.counter.install()
-        # Told "queued" / "admitted" around the wait for the GPU memory budget (the worker forwards them to the
-        # progress file, and the evaluator does not count the queue against the request's timeout).
+        # Told "queued" / "admitted" around every wait for the GPU (gpulock: memory budget, shared and exclusive
+        # lock); the worker forwards them to the progress file and the evaluator stops the request's clock.
         self.progress: Callable[[str], None] = lambda _event: None
 
 
@@ -199,14 +199,13 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
         variants = _variants(req)
     rec.set(shape_variant=_variant_label(req.shape, variants[0]))
     task = _load_task(req, variants[0])
-    # Bench workers can share a GPU: reserve this evaluation's device memory before the candidate is even imported
-    # (the queue is not candidate time: the evaluator stops its clock between "queued" and "admitted"), then do
-    # device work under the GPU's shared lock; `timed.time_and_recheck` takes the exclusive lock for the timed
-    # loop, so no other worker's kernels run inside a timed window (gpulock.py).
+    # Bench workers can share a GPU: reserve this evaluation's device memory before the candidate is even imported,
+    # then do device work under the GPU's shared lock; `timed.time_and_recheck` takes the exclusive lock for the
+    # timed loop, so no other worker's kernels run inside a timed window (gpulock.py). Waiting for any of these is
+    # not candidate time: gpulock tells state.progress "queued" / "admitted" around each wait, and the evaluator
+    # stops the request's clock in between.
     need = sharing.memory_need_bytes(task) if device.type == "cuda" else 0
-    state.progress("queued")
-    with gpulock.memory_budget(device.index or 0, need):
-        state.progress("admitted")
+    with gpulock.wait_listener(state.progress), gpulock.memory_budget(device.index or 0, need):
         _admitted(req, rec, state, device, tmp, phase, variants, task, need)
 
 

@@ -7,8 +7,9 @@ Protocol (the caller is `evaluator.py`):
 - the progress file named by env `HTAM_PROGRESS_PATH`: `ready` once the worker and its guards are up, then
   `start <i>` / `done <i>` per request, so the caller can tell a worker that never started (infra_error) from a
   candidate that killed it (crash), and time out each request separately; `queued <i>` / `admitted <i>` around
-  the wait for the GPU memory budget, which the caller does not count against the request's timeout (it happens
-  before the candidate is imported);
+  every wait for the GPU (memory budget, shared or exclusive lock; gpulock.py), which the caller does not count
+  against the request's timeout (a candidate that forged "queued" would only trade its timeout for the
+  evaluator's cap on waiting, `_MAX_QUEUE_S`, and an infra_error);
 - env `HTAM_EXT_ROOT`: torch extensions are built under `<root>/<sha256(candidate)[:16]>` (a re-evaluation of the
   same source is warm; two different candidates never share a build dir or its lock).
 Both paths are removed from the environment before any candidate code runs. The nonce is checked by the
@@ -42,7 +43,7 @@ def _emit(out: TextIO, nonce: str, index: int, payload: dict[str, Any]) -> None:
 
 
 def _forward_progress(progress: TextIO, index: int) -> Callable[[str], None]:
-    """`queued <i>` / `admitted <i>` around the wait for the GPU memory budget (before the candidate's import)."""
+    """`queued <i>` / `admitted <i>` around every wait for the GPU (memory budget, shared or exclusive lock)."""
 
     def tell(event: str) -> None:
         progress.write(f"{event} {index}\n")

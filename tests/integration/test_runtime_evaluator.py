@@ -286,9 +286,9 @@ ModelNew.forward = _forward_once_out_of_memory
     assert result.checks["oom_retry"] == "info: evaluation repeated 1x"
 
 
-def _queueing_python(tmp_path: Path, queue_s: float, after_s: float) -> str:
-    """A fake worker that waits `queue_s` between `queued 0` and `admitted 0` (the GPU memory budget), then
-    `after_s`, then writes a signed mismatch verdict."""
+def _queueing_python(tmp_path: Path, queue_s: float, after_s: float, waits: int = 1) -> str:
+    """A fake worker that, `waits` times, waits `queue_s` between `queued 0` and `admitted 0` (the GPU memory
+    budget or lock), then `after_s`, then writes a signed mismatch verdict."""
     import sys
 
     script = tmp_path / "queueing-python"
@@ -300,10 +300,12 @@ progress = open(os.environ["HTAM_PROGRESS_PATH"], "a")
 def say(line):
     progress.write(line + "\\n")
     progress.flush()
-say("ready"); say("start 0"); say("queued 0")
-time.sleep({queue_s})
-say("admitted 0")
-time.sleep({after_s})
+say("ready"); say("start 0")
+for _ in range({waits}):
+    say("queued 0")
+    time.sleep({queue_s})
+    say("admitted 0")
+    time.sleep({after_s})
 from htam_graph.kernels_runtime.evaluator import failure_result
 from htam_graph.model import ErrorKind, EvalRequest
 req = EvalRequest.model_validate(payload["requests"][0])
@@ -324,6 +326,24 @@ def test_waiting_for_gpu_memory_does_not_count_against_the_timeout(tmp_path: Pat
     assert result.error_kind is ErrorKind.MISMATCH and "fake verdict" in result.error_excerpt
 
 
+def test_every_wait_for_the_gpu_stops_the_clock_not_only_the_first(tmp_path: Path) -> None:
+    """Three waits of 2.5 s (memory budget, then the shared lock, then the timing lock) inside a 3 s timeout."""
+    ev = SubprocessEvaluator(
+        cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=2.5, after_s=0.2, waits=3)
+    )
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=3))
+    assert result.error_kind is ErrorKind.MISMATCH and "fake verdict" in result.error_excerpt
+
+
+def test_the_clock_runs_between_waits(tmp_path: Path) -> None:
+    """Time outside the waits adds up: three stretches of 1.5 s after short waits exceed a 3 s timeout."""
+    ev = SubprocessEvaluator(
+        cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=0.1, after_s=1.5, waits=3)
+    )
+    result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=3))
+    assert result.error_kind is ErrorKind.TIMEOUT
+
+
 def test_the_clock_runs_once_admitted(tmp_path: Path) -> None:
     ev = SubprocessEvaluator(cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=0, after_s=8))
     result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=3))
@@ -340,5 +360,5 @@ def test_an_endless_queue_is_an_infrastructure_failure(
     result = ev.evaluate(_req(_kernel_candidate("        return x\n"), timeout_s=60))
     assert (
         result.error_kind is ErrorKind.INFRA_ERROR
-        and "waited over 2 s for GPU memory" in result.error_excerpt
+        and "waited over 2 s for GPU memory or the GPU lock" in result.error_excerpt
     )

@@ -110,6 +110,54 @@ def test_a_waiting_timer_is_not_starved_by_new_shared_users(tmp_path: Path) -> N
     assert spans["B"][0] >= spans["T"][1]  # and the late shared user waited for the timer
 
 
+def test_every_wait_for_the_gpu_is_announced_to_the_listener(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The evaluator stops a request's clock between "queued" and "admitted": each lock and the memory budget
+    must bracket their wait, and the listener is only installed inside `wait_listener`."""
+    monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    events: list[str] = []
+    with gpulock.wait_listener(events.append):
+        with gpulock.memory_budget(0, 10, budget_bytes=100):
+            assert events == ["queued", "admitted"]
+            with gpulock.shared_use(0):
+                assert events[2:] == ["queued", "admitted"]
+            with gpulock.timing_lock(0):
+                assert events[4:] == ["queued", "admitted"]
+    with gpulock.shared_use(0):
+        pass
+    assert len(events) == 6  # no listener outside the block
+
+
+def test_a_blocked_timer_reports_queued_until_it_gets_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another process holds the GPU shared; the timer's "admitted" comes only after that holder left."""
+    monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nfrom htam_graph.kernels_runtime import gpulock\n"
+            "with gpulock.shared_use(0):\n    print('in', flush=True); time.sleep(2.0)\n",
+        ],
+        env={**os.environ},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "in"
+    stamps: list[tuple[str, float]] = []
+    with gpulock.wait_listener(lambda event: stamps.append((event, time.monotonic()))):
+        with gpulock.timing_lock(0):
+            inside = time.monotonic()
+    holder.wait(timeout=30)
+    assert [e for e, _ in stamps] == ["queued", "admitted"]
+    assert stamps[1][1] - stamps[0][1] >= 1.0  # the wait (for the holder's 2 s) lay between the two events
+    assert stamps[1][1] <= inside
+
+
 def test_memory_budget_admits_what_fits_and_drops_dead_holders(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
