@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
-import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
+INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 # The coverage of the dev split (recipes_for over level1 + level2); test_coverage_is_what_recipes_for_says
@@ -181,29 +180,9 @@ def assert_clean_static(source: str) -> None:
 
 
 def isolated(function: str, **kwargs: Any) -> Any:
-    """Call a function of this module in a fresh Python process with TRITON_INTERPRET=1 set before any import."""
-    args = Path(kwargs.pop("directory")) / "isolated_args.json"
-    args.write_text(json.dumps({**kwargs, "directory": str(args.parent)}), encoding="utf-8")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('rules_interpreter_child', {str(Path(__file__))!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
-        "kwargs['directory'] = module.Path(kwargs['directory'])\n"
-        f"print(json.dumps(getattr(module, {function!r})(**kwargs)))\n"
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Call a function of this module in a fresh process with TRITON_INTERPRET=1 set before any import."""
+    run_isolated = runpy.run_path(str(INTERP_CHILD))["run_isolated"]
+    return run_isolated(__file__, function, kwargs)
 
 
 def check_in_process_or_isolated(key: str, **kwargs: Any) -> None:
