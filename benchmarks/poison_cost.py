@@ -26,7 +26,9 @@ def _one(nbytes: int, sizes: list[int], copies: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}; wall s of one poison_allocator call")
+    print(
+        f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}; wall s of one poison_allocator call"
+    )
     print("| in+out GB | copies | median s | max s | peak reserved GiB |")
     print("|---|---|---|---|---|")
     for gb in (0.1, 1.0, 3.2, 6.4):
@@ -36,7 +38,9 @@ def main() -> None:
         for copies in (16, 0):
             runs = [_one(nbytes, sizes, copies) for _ in range(4)]
             ts = [r[0] for r in runs[1:]]
-            print(f"| {gb} | {copies} | {statistics.median(ts):.3f} | {max(ts):.3f} | {max(r[1] for r in runs):.1f} |")
+            print(
+                f"| {gb} | {copies} | {statistics.median(ts):.3f} | {max(ts):.3f} | {max(r[1] for r in runs):.1f} |"
+            )
     torch.cuda.empty_cache()
 
 

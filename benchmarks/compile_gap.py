@@ -1,0 +1,87 @@
+"""Why torch.compile times ~10 % slower in the harness than in h200_baselines.jsonl (NOTES §9): one process, alone
+on one GPU, per task: eager and torch.compile timed by triton's do_bench (the file's method) and by the harness's
+protocol (kernels_runtime.timing.time_interleaved: L2 flush, device synchronise in the window, median of 20),
+then the harness protocol again with the worker's launch counter installed. Prints a Markdown table.
+
+Usage (GPU machine): python scripts/compile_gap.py KERNELBENCH_DIR level1/40_LayerNorm.py level1/88_MinGPTNewGelu.py ...
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+from htam_graph.kernels_runtime import guards, timing
+from htam_graph.kernels_runtime.taskmod import load_task_module
+
+
+def _models(path: Path) -> tuple[torch.nn.Module, list[object]]:
+    module = load_task_module(path.read_text(encoding="utf-8"), path.stem, {})
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = module.Model(*module.get_init_inputs()).eval()
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    return model, inputs
+
+
+def _time(path: Path, counter_installed: bool) -> dict[str, float]:
+    """Eager and torch.compile of one task: do_bench medians (skipped once the launch counter is installed),
+    harness-protocol medians and the compile warm-up time, in µs / s."""
+    model, inputs = _models(path)
+    out: dict[str, float] = {}
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled = torch.compile(model)
+        compiled(*inputs)
+        torch.cuda.synchronize()
+        out["warm_s"] = time.perf_counter() - t0
+        fns = {"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)}
+        if not counter_installed:
+            for name, fn in fns.items():
+                out[f"db_{name}"] = triton.testing.do_bench(fn, return_mode="median") * 1e3
+        h = timing.time_interleaved(fns, torch.device("cuda"), runs=20, warmup=3)
+        for name in fns:
+            out[f"h_{name}"] = h.median_us(name)
+    torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    kb = Path(sys.argv[1])
+    print(
+        f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, fp32, TF32 off"
+    )
+    print(
+        "| task | do_bench eager µs | do_bench compile µs | harness eager µs | harness compile µs | warm-up s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    ratios = []
+    for rel in sys.argv[2:]:
+        r = _time(kb / rel, counter_installed=False)
+        ratios.append(r["h_compile"] / r["db_compile"])
+        print(
+            f"| {rel} | {r['db_eager']:.1f} | {r['db_compile']:.1f} | {r['h_eager']:.1f} | {r['h_compile']:.1f} "
+            f"| {r['warm_s']:.1f} |",
+            flush=True,
+        )
+    print(
+        f"\nharness/do_bench compile ratio: median {statistics.median(ratios):.3f} over {len(ratios)} tasks\n"
+    )
+    guards.LaunchCounter().install()
+    print("With the worker's launch counter installed (harness protocol):\n")
+    print("| task | harness eager µs | harness compile µs |")
+    print("|---|---:|---:|")
+    for rel in sys.argv[2:]:
+        r = _time(kb / rel, counter_installed=True)
+        print(f"| {rel} | {r['h_eager']:.1f} | {r['h_compile']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
