@@ -3,12 +3,15 @@
 Used by `shapes` to pick smoke sizes: a variant is valid when `Model(*get_init_inputs())(*get_inputs())`
 runs without error and returns non-empty, finite tensors. A constant output is reported separately: a
 correctness check against a constant proves little, so the shape search prefers a variant that varies.
+`meta_forward` is the one run of a task on the meta device, shared with `sharing`'s GPU memory sizing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import types
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ log = logging.getLogger(__name__)
 
 _RETIME_S = 0.05
 
-__all__ = ["ProbeResult", "MetaEstimate", "probe_cpu", "estimate_meta"]
+__all__ = ["ProbeResult", "MetaEstimate", "MetaRun", "probe_cpu", "estimate_meta", "meta_forward"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,19 @@ class MetaEstimate:
     forward_ok: bool = False  # False when the meta forward failed (sizes then exclude the output)
     meta_unsupported: bool = False  # the failure was a missing meta kernel, not a shape error
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class MetaRun:
+    """A task's Model and inputs built, and optionally its forward run, on the meta device (no data)."""
+
+    model: Any = None  # Model(*get_init_inputs()); None when that raised
+    inputs: list[Any] | None = None  # get_inputs(); None when that raised
+    build_error: Exception | None = None  # the first failure of Model(...) or get_inputs()
+    forward_error: Exception | None = None  # no meta kernel for some op, or a shape error
+    forward_ok: bool = False  # the forward ran to completion (output and flops are set only then)
+    output: Any = None
+    flops: int = 0  # matmul/conv FLOPs of the forward, counted only with `count_flops`
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -120,6 +136,54 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
     return ProbeResult(not reason, reason, constant, build_s, forward_s, input_numel, output_numel)
 
 
+def meta_forward(task: types.ModuleType, *, forward: bool = True, count_flops: bool = False) -> MetaRun:
+    """Build the task's `Model(*get_init_inputs())` and `get_inputs()` on the meta device and, with `forward`,
+    run one forward there under `no_grad` (FLOPs counted by FlopCounterMode with `count_flops`).
+
+    Nothing is allocated and nothing computed, so default sizes are safe. The task's own failures are
+    returned, not raised; the inputs are built even when the model fails, so a caller can still size them.
+    The task's warnings (deprecated arguments, nested-tensor hints) say nothing about sizes and are silenced.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, inputs, build_error = _meta_build(task)
+        if build_error is not None or inputs is None or not forward:
+            return MetaRun(model, inputs, build_error)
+        return _run_meta_forward(model, inputs, count_flops)
+
+
+def _meta_build(task: types.ModuleType) -> tuple[Any, list[Any] | None, Exception | None]:
+    model: Any = None
+    inputs: list[Any] | None = None
+    error: Exception | None = None
+    try:
+        with torch.device("meta"):
+            model = task.Model(*task.get_init_inputs())
+    except Exception as e:  # .item() while building, say: the model cannot exist without data
+        error = e
+    try:
+        with torch.device("meta"):
+            inputs = list(task.get_inputs())
+    except Exception as e:  # a task that builds inputs some other way: size unknown
+        error = error or e
+    return model, inputs, error
+
+
+def _run_meta_forward(model: Any, inputs: list[Any], count_flops: bool) -> MetaRun:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        counter = FlopCounterMode(display=False) if count_flops else None
+        counting = counter if counter is not None else contextlib.nullcontext()
+        # Under the meta device too: a tensor the forward creates without a device must not be allocated.
+        with torch.device("meta"), torch.no_grad(), counting:
+            output = model(*inputs)
+    except Exception as e:
+        return MetaRun(model, inputs, forward_error=e)
+    flops = int(counter.get_total_flops()) if counter is not None else 0
+    return MetaRun(model, inputs, forward_ok=True, output=output, flops=flops)
+
+
 def estimate_meta(
     source: str, name: str, overrides: Mapping[str, OverrideValue], forward: bool = True
 ) -> MetaEstimate:
@@ -136,32 +200,25 @@ def estimate_meta(
 def _estimate_meta(
     source: str, name: str, overrides: Mapping[str, OverrideValue], forward: bool
 ) -> MetaEstimate:
-    from torch.utils.flop_counter import FlopCounterMode
-
     try:
-        module = load_task_module(source, name, overrides)
-        with torch.device("meta"):
-            model = module.Model(*module.get_init_inputs())
-            inputs = module.get_inputs()
-    except Exception as e:
-        return MetaEstimate(False, reason=f"build failed on meta: {_short(e)}")
-    input_numel = sum(t.numel() for t in _tensors(inputs))
+        run = meta_forward(load_task_module(source, name, overrides), forward=forward, count_flops=True)
+    except Exception as e:  # the task's module body raised, or an override names no constant
+        run = MetaRun(build_error=e)
+    if run.build_error is not None:
+        return MetaEstimate(False, reason=f"build failed on meta: {_short(run.build_error)}")
+    input_numel = sum(t.numel() for t in _tensors(run.inputs))
+    model = run.model
     param_numel = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
     if not forward:
         return MetaEstimate(True, input_numel, param_numel)
-    try:
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), counter:
-            out = model(*inputs)
-    except Exception as e:  # no meta kernel for some op, or a shape error
-        log.debug("meta forward of %s failed: %s", name, _short(e))
-        unsupported = isinstance(e, NotImplementedError)
+    if run.forward_error is not None:
+        log.debug("meta forward of %s failed: %s", name, _short(run.forward_error))
         return MetaEstimate(
             True,
             input_numel,
             param_numel,
-            meta_unsupported=unsupported,
-            reason=f"forward failed on meta: {_short(e)}",
+            meta_unsupported=isinstance(run.forward_error, NotImplementedError),
+            reason=f"forward failed on meta: {_short(run.forward_error)}",
         )
-    output_numel = sum(t.numel() for t in _tensors(out))
-    return MetaEstimate(True, input_numel, param_numel, output_numel, int(counter.get_total_flops()), True)
+    output_numel = sum(t.numel() for t in _tensors(run.output))
+    return MetaEstimate(True, input_numel, param_numel, output_numel, run.flops, True)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import types
-import warnings
 
 import torch
 
-from htam_graph.kernels_runtime import checks, gpulock
+from htam_graph.kernels_runtime import checks, gpulock, refprobe
 
 __all__ = ["exclusive", "input_elements", "memory_need_bytes", "meta_inputs", "release_cache", "shared"]
 
@@ -58,21 +57,16 @@ def release_cache(device: torch.device) -> None:
 def memory_need_bytes(task: types.ModuleType) -> int:
     """Device memory one evaluation of the task is expected to peak at, for the GPU memory budget.
 
-    Sized on the meta device (no memory, no arithmetic) as 10x (inputs + reference output) + 2x parameters: an
-    evaluation holds the first trial's inputs and output, the current trial's inputs, clones and outputs,
-    allocator poison of twice (inputs + output) and comparison temporaries. Measured on the H200 (the
-    `device_memory` info entry of every CUDA result): 8x for 6.4 GB elementwise and norm tasks, 10x for pooling
-    and transposed convolutions, where the output is small next to the input.
+    Sized on the meta device (`refprobe.meta_forward`: no memory, no arithmetic) as 10x (inputs + reference
+    output) + 2x (parameters + buffers): an evaluation holds the first trial's inputs and output, the current
+    trial's inputs, clones and outputs, allocator poison of twice (inputs + output) and comparison
+    temporaries.
+    Measured on the H200 (the `device_memory` info entry of every CUDA result): 8x for 6.4 GB elementwise and
+    norm tasks, 10x for pooling and transposed convolutions, where the output is small next to the input.
     """
-    inputs = meta_inputs(task) or []
-    out_bytes = param_bytes = 0
-    try:
-        with warnings.catch_warnings(), torch.device("meta"), torch.no_grad():
-            warnings.simplefilter("ignore")
-            model = task.Model(*task.get_init_inputs())
-            if isinstance(model, torch.nn.Module):
-                param_bytes = checks.nbytes(list(model.parameters()) + list(model.buffers()))
-            out_bytes = checks.nbytes(model(*inputs))
-    except Exception:  # no meta kernel for some op: size the inputs alone
-        pass
-    return 10 * (checks.nbytes(inputs) + out_bytes) + 2 * param_bytes + (256 << 20)
+    run = refprobe.meta_forward(task)
+    inputs = [x for x in run.inputs or [] if isinstance(x, torch.Tensor)]
+    model = run.model
+    state = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    out_bytes = checks.nbytes(run.output)  # 0 when the meta forward failed (no meta kernel): inputs alone
+    return 10 * (checks.nbytes(inputs) + out_bytes) + 2 * checks.nbytes(state) + (256 << 20)
