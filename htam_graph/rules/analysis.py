@@ -4,7 +4,8 @@ The model and its inputs are built on the meta device (the task's own sizes, no 
 with `torch.fx.symbolic_trace` (with fallbacks for `fn=` defaults and shape introspection: analysis_trace.py)
 and shape-propagated. Every call is normalised to a canonical op; anything not in
 the tables (control flow, reductions, views, unknown modules) makes the task not applicable, with the reason:
-the rules never guess.
+the rules never guess. One view idiom is understood: `x.view(b, c, -1)` -> softmax over the flattened dim -> view
+back to x's shape is folded into one softmax over x's trailing dims (analysis_views.py).
 
 Scalars that came from numeric model attributes (`self.divisor`) are found by tracing a second copy whose
 numeric attributes hold unique marker values: a constant that changes to a marker is that attribute, so the
@@ -28,6 +29,7 @@ from htam_graph.rules.analysis_structural import (
     refined_kind,
 )
 from htam_graph.rules.analysis_trace import trace_model
+from htam_graph.rules.analysis_views import FlattenedSoftmax, find_flattened_softmaxes
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import (
     IGNORED_KWARGS,
@@ -120,8 +122,16 @@ def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
     attrs: dict[str, TensorInfo] = {}
     nodes: list[OpNode] = []
     output: Ref | None = None
+    folds = find_flattened_softmaxes(gm, with_shapes)
+    folded = {n for fold in folds.values() for n in fold.absorbed} - set(folds)
     for fx_node in gm.graph.nodes:
-        if fx_node.op == "placeholder":
+        if fx_node in folded:
+            continue  # part of a flatten -> softmax -> unflatten pattern (analysis_views.py)
+        if fx_node in folds:
+            node = _flattened_softmax_node(gm, folds[fx_node], names, attrs, with_shapes)
+            names[fx_node] = node.name
+            nodes.append(node)
+        elif fx_node.op == "placeholder":
             names[fx_node] = str(fx_node.target)
             shape, dtype = _meta(fx_node, with_shapes)
             inputs.append(TensorInfo(str(fx_node.target), "input", shape, dtype, len(inputs)))
@@ -150,6 +160,22 @@ def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
     if output is None:
         raise NotApplicable("the forward returns nothing")
     return OpGraph(tuple(inputs), tuple(attrs.values()), tuple(nodes), output)
+
+
+def _flattened_softmax_node(
+    gm: Any, fold: FlattenedSoftmax, names: dict[Any, str], attrs: dict[str, TensorInfo], with_shapes: bool
+) -> OpNode:
+    """The softmax of the fold, bound as written but reading the unflattened source over the tuple of dims."""
+    import dataclasses
+
+    names[fold.softmax.args[0]] = names[fold.source]  # the flatten view is the source, reshaped
+    node = _call_node(gm, fold.softmax, names, attrs, with_shapes)
+    shape, dtype = _meta(fold.unflatten, with_shapes)
+    params = tuple((k, Const(fold.dims) if k == "dim" else v) for k, v in node.params)
+    origin = (
+        f"{node.origin} over dims {fold.dims} of {names[fold.source]} (flattened by a view, then viewed back)"
+    )
+    return dataclasses.replace(node, params=params, shape=shape, dtype=dtype, origin=origin)
 
 
 def _meta(fx_node: Any, with_shapes: bool) -> tuple[tuple[int, ...], str]:

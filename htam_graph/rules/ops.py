@@ -54,7 +54,7 @@ class OpKind(StrEnum):
 
     ELEMENTWISE = "elementwise"
     LIBRARY = "library"  # conv*, conv_transpose*, linear, matmul/mm/bmm: kept as the library call
-    SOFTMAX = "softmax"  # softmax / log_softmax
+    SOFTMAX = "softmax"  # softmax / log_softmax (dim: an int, or adjacent dims folded from a flattening view)
     REDUCTION = (
         "reduction"  # sum / mean / prod / amax / amin / argmax / argmin / logsumexp over explicit dims
     )

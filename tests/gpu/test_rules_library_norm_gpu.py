@@ -13,17 +13,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from htam_graph.rules.recipes.tuning import REDUCE_LADDER
 from tests.gpu.rules_gpu_support import (
     FP32_STRICT,
     GPU_MARKS,
     CheckOptions,
+    build_models,
+    draw_inputs,
     generate,
     make_task,
     report,
+    run_both,
     run_case,
+    signed,
     signed_offset,
+    transformed,
 )
 
 NORM = "reduction_structure.single_pass_norm"
@@ -47,7 +53,9 @@ CASES = [
     ("level2/22_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish.py", LSE),
     ("level2/58_ConvTranspose3d_LogSumExp_HardSwish_Subtract_Clamp.py", LSE),
     ("level2/64_Gemm_LogSumExp_LeakyReLU_LeakyReLU_GELU_GELU.py", LSE),
+    ("level2/38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply.py", LSE),
 ]
+SPATIAL_SOFTMAX = "level2/38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply.py"
 
 # a signed copy with a mean offset; argmin indices must be equal, not merely close
 CHECKS = CheckOptions(transform=signed_offset, exact_integers=True)
@@ -81,3 +89,25 @@ def test_every_tuning_config_is_correct_on_cuda(rel: str, key: str, tmp_path: Pa
             f"\nRULES_GPU_TUNE {rel} {config} max_abs_err={r.max_abs_err:.2e} kernel_ms={r.kernel_ms:.4f}"
             f" eager_ms={r.eager_ms:.4f}"
         )
+
+
+def test_spatial_softmax_with_a_random_scale_is_close_relative_to_its_values(tmp_path: Path) -> None:
+    """level2/38's outputs are ~1/(d*h*w) ~ 8e-6 at default sizes, so allclose(1e-4, 1e-4) above cannot tell
+    them from zeros: here a relative tolerance, and a random per-channel scale (the task's is all ones)."""
+    task = make_task(SPATIAL_SOFTMAX)
+    models = build_models(task, generate(task, LSE), tmp_path)
+    with torch.no_grad():
+        torch.manual_seed(2)
+        scale = torch.randn_like(models.model.scale)
+        models.model.scale.copy_(scale)
+        models.model_new.scale.copy_(scale)
+    inputs = draw_inputs(models.ref_mod)
+    for trial in range(2):
+        if trial == 1:
+            inputs = transformed(inputs, signed)
+        expected, got = run_both(models.model, models.model_new, inputs)
+        rel = ((got - expected).abs() / expected.abs()).max().item()
+        print(f"\nRULES_GPU_REL {SPATIAL_SOFTMAX} trial={trial} max_rel_err={rel:.2e}")
+        assert got.shape == expected.shape
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-12), f"max relative error {rel}"
+        del expected, got

@@ -29,6 +29,14 @@ pytestmark = pytest.mark.skipif(
         ("level1/40_LayerNorm.py", "reduction_structure.single_pass_norm"),
         ("level1/52_Argmin_over_a_dimension.py", "reduction_structure.dim_reduction"),
         ("level2/64_Gemm_LogSumExp_LeakyReLU_LeakyReLU_GELU_GELU.py", "reduction_structure.online_logsumexp"),
+        # avg_pool -> conv_transpose3d (PyTorch), then a softmax over the flattened d*h*w: ~5 min on a CPU core
+        # under the interpreter. The evaluator also reports the task degenerate (its outputs, ~1/(d*h*w), do
+        # not change across seeds by more than atol): a task property, not a kernel failure.
+        pytest.param(
+            "level2/38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply.py",
+            "reduction_structure.online_logsumexp",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_recipe_kernel_is_correct_in_the_real_evaluator(rel: str, key: str) -> None:

@@ -87,6 +87,11 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
         LSE,
         {"batch_size": 3, "in_features": 20, "out_features": 300},
     ),
+    (  # avg_pool -> conv_transpose (PyTorch), then clamp -> softmax over the flattened d*h*w -> * scale
+        "level2/38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply.py",
+        LSE,
+        {"batch_size": 2, "in_channels": 3, "out_channels": 5, "depth": 4, "height": 6, "width": 6},
+    ),
 ]
 
 pytestmark = pytest.mark.skipif(
@@ -281,3 +286,54 @@ def test_split_welford_is_stable_for_a_large_mean(tmp_path: Path) -> None:
     # fp32 inputs near 1000 have an ulp of 6e-5, i.e. 0.6% of the 0.01 std: the normalised values carry that
     # representation error whatever the algorithm; E[x^2] - E[x]^2 in fp32 would be off by O(1).
     assert errors["1"] < 0.05 and errors["4096"] < 0.05, errors
+
+
+SPATIAL_SOFTMAX = "level2/38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply.py"
+
+
+def check_spatial_softmax(
+    task_source: str, candidates: list[str], directory: Path, overrides: dict[str, Any]
+) -> float:
+    """level2/38 with a random per-channel scale (the task's is all ones, which would hide a wrong broadcast)
+    and a relative tolerance: its softmax values are ~1/(d*h*w), small enough that atol=1e-4 alone says little.
+    Returns the worst relative error."""
+    ref_mod = load_task_module(task_source, "reference", overrides)
+    init = list(ref_mod.get_init_inputs())
+    torch.manual_seed(0)
+    model = ref_mod.Model(*init)
+    with torch.no_grad():
+        model.scale.copy_(torch.randn_like(model.scale))
+    torch.manual_seed(1)
+    x = ref_mod.get_inputs()[0] * 6 - 3  # conv output on both sides of the clamp range
+    with torch.no_grad():
+        expected = model(x)
+    assert (expected > 0).any() and (expected < 0).any(), "the random scale should take both signs"
+    worst = 0.0
+    for candidate_source in candidates:
+        model_new = import_candidate(candidate_source, directory).ModelNew(*init)
+        model_new.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            got = model_new(x)
+        assert got.shape == expected.shape
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-12)
+        worst = max(worst, ((got - expected).abs() / expected.abs()).max().item())
+    return worst
+
+
+def test_spatial_softmax_matches_with_a_random_scale_and_a_relative_tolerance(tmp_path: Path) -> None:
+    overrides = next(o for rel, _, o in CASES if rel == SPATIAL_SOFTMAX)
+    task = make_task(SPATIAL_SOFTMAX)
+    recipe = default_recipes()[LSE]
+    sources = [
+        recipe.emit(task_view(task), recipe.default_config),  # type: ignore[arg-type]
+        recipe.emit(task_view(task), KernelConfig(block=16, num_warps=2)),  # type: ignore[arg-type]
+    ]
+    assert "(2, 3, 4))" in sources[0]  # softmax over the flattened d, h, w of each (sample, channel)
+    worst = isolated(
+        "check_spatial_softmax",
+        task_source=task.source,
+        candidates=sources,
+        directory=tmp_path,
+        overrides=overrides,
+    )
+    assert worst < 1e-4

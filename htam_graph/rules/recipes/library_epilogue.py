@@ -89,17 +89,20 @@ class LibraryEpilogue:
         return library, region, library_var
 
 
-def _library_call(graph: OpGraph, node: OpNode) -> str:
-    """The forward expression of the library op, exactly as the reference called it."""
+def _library_call(graph: OpGraph, node: OpNode, computed: dict[str, str] | None = None) -> str:
+    """The forward expression of the library op, exactly as the reference called it (`computed`: variables
+    of ModelNew.forward holding earlier nodes' outputs, by node name)."""
     if node.module_path is not None:
-        return f"self.{node.module_path}({_arg(graph, node.operands[0])})"
+        return f"self.{node.module_path}({_arg(graph, node.operands[0], computed)})"
     namespace = _TORCH_NAMESPACE.get(node.op, "torch.nn.functional")
-    args = [_arg(graph, v) for v in node.operands]
-    kwargs = [f"{k}={_arg(graph, v)}" for k, v in node.params]
+    args = [_arg(graph, v, computed) for v in node.operands]
+    kwargs = [f"{k}={_arg(graph, v, computed)}" for k, v in node.params]
     return f"{namespace}.{node.op}({', '.join(args + kwargs)})"
 
 
-def _arg(graph: OpGraph, value: object) -> str:
+def _arg(graph: OpGraph, value: object, computed: dict[str, str] | None = None) -> str:
+    if isinstance(value, Ref) and computed and value.name in computed:
+        return computed[value.name]
     if isinstance(value, Ref):
         info = graph.tensor(value.name)
         if info is None:

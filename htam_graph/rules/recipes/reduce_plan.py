@@ -1,6 +1,7 @@
 """The plan shared by the reduction and normalisation recipes: one reducing op with fused neighbours.
 
-A forward qualifies when it is: an optional library op (conv / linear / matmul, kept as the library call), then
+A forward qualifies when it is: an optional library op (conv / linear / matmul, kept as the library call, possibly
+after pooling modules on the input, kept as PyTorch calls too), then
 elementwise ops on the full tensor (the prologue), exactly ONE reducing op (a reduction over contiguous dims, a
 norm module, or a softmax over any dim), then elementwise ops after it (the epilogue). The epilogue either works
 on the reduced result (`reduce` mode: logsumexp -> mish) or combines it with full-size values (`normalise`
@@ -57,6 +58,7 @@ class ReducePlan:
     scalars: tuple[Scalar, ...]
     full_rank: int
     output: str
+    prefix: tuple[OpNode, ...] = ()  # pooling modules before the library op, each feeding the next (PyTorch)
 
     def describe(self) -> str:
         ops = [n.op for n in (*self.pre, self.reducer, *self.post_reduced, *self.post_full)]
@@ -67,12 +69,7 @@ class ReducePlan:
 def plan_reduction(graph: OpGraph) -> ReducePlan:
     """The plan for `graph`, or NotApplicable with the reason."""
     nodes = list(graph.nodes)
-    library = None
-    if nodes and nodes[0].kind is OpKind.LIBRARY:
-        library = nodes.pop(0)
-        for operand in library.operands:
-            if isinstance(operand, Ref) and graph.tensor(operand.name) is None:
-                raise NotApplicable(f"{library.op} reads a computed tensor {operand.name}")
+    prefix, library = _library_stage(graph, nodes)
     reducers = [n for n in nodes if n.kind in (OpKind.REDUCTION, OpKind.NORM, OpKind.SOFTMAX)]
     if len(reducers) != 1:
         found = ", ".join(n.op for n in reducers) or "none"
@@ -132,7 +129,36 @@ def plan_reduction(graph: OpGraph) -> ReducePlan:
         scalars,
         len(full_shape),
         graph.output.name,
+        prefix,
     )
+
+
+def _library_stage(graph: OpGraph, nodes: list[OpNode]) -> tuple[tuple[OpNode, ...], OpNode | None]:
+    """(pooling modules before it, the library op), both removed from `nodes`; ((), None) without a library op.
+
+    The library op must read forward inputs and parameters, or the pooling chain before it: `avg_pool(x)` ->
+    `conv_transpose` stays `self.conv_transpose(self.avg_pool(x))` in PyTorch, and its output is what the kernel
+    reads. A pool output used anywhere else is not supported (the kernel would need it as a second input).
+    """
+    lead = 0
+    while lead < len(nodes) and nodes[lead].kind is OpKind.POOL and nodes[lead].module_path is not None:
+        lead += 1
+    if lead == len(nodes) or nodes[lead].kind is not OpKind.LIBRARY:
+        return (), None
+    chain = nodes[: lead + 1]
+    del nodes[: lead + 1]
+    for i, node in enumerate(chain):
+        previous = chain[i - 1].name if i else None
+        for k, operand in enumerate(node.operands):
+            if not isinstance(operand, Ref) or graph.tensor(operand.name) is not None:
+                continue
+            if k != 0 or operand.name != previous:
+                raise NotApplicable(f"{node.op} reads a computed tensor {operand.name}")
+        if i and node.operands[0] != Ref(chain[i - 1].name):
+            raise NotApplicable(f"{node.op} does not read {chain[i - 1].op}'s output")
+        if i < lead and [u.name for u in graph.users(node.name)] != [chain[i + 1].name]:
+            raise NotApplicable(f"{node.op}'s output is used by more than {chain[i + 1].op}")
+    return tuple(chain[:-1]), chain[-1]
 
 
 def _check_specialised(graph: OpGraph, reducer: OpNode) -> None:

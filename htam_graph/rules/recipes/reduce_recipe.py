@@ -31,6 +31,7 @@ class ReductionRecipe:
         try:
             plan = self.plan(view)
             reduction_source(plan, self.default_config)  # fail here, not at emit time, on inexpressible ops
+            _library_lines(view, plan)
         except NotApplicable as e:
             return Applicability.no(str(e))
         return Applicability.yes()
@@ -40,11 +41,12 @@ class ReductionRecipe:
         pieces, kernel_name, launcher_name = reduction_source(plan, config)
         args, guards = launcher_call(plan)
         body = list(guards)
+        body += _library_lines(view, plan)
         library_note = ""
-        if plan.library is not None:
-            body.append(
-                f"{plan.library_var} = {_library_call(view.graph, plan.library)}  # library op, unchanged"
-            )
+        if plan.library is not None and plan.prefix:
+            ops = " -> ".join(n.op for n in (*plan.prefix, plan.library))
+            library_note = f"{ops} stay PyTorch / library calls; "
+        elif plan.library is not None:
             library_note = f"{plan.library.op} stays a library call; "
         body.append(f"return {launcher_name}({', '.join(args)})")
         parts = SourceParts(
@@ -64,3 +66,16 @@ class ReductionRecipe:
             forward_body=tuple(body),
         )
         return render_file(parts, view.skeleton)
+
+
+def _library_lines(view: TaskView, plan: ReducePlan) -> list[str]:
+    """ModelNew.forward's library calls: the pooling modules before the library op (if any), then the op."""
+    if plan.library is None:
+        return []
+    lines: list[str] = []
+    computed: dict[str, str] = {}
+    for node in (*plan.prefix, plan.library):
+        call = _library_call(view.graph, node, computed)
+        lines.append(f"{plan.library_var} = {call}  # library op, unchanged")
+        computed = {node.name: plan.library_var}
+    return lines

@@ -1,5 +1,6 @@
-"""reduction_structure.online_logsumexp: logsumexp / softmax / log_softmax over ANY dim (not only the last),
-fused with the library op's output, the elementwise ops before it and the elementwise ops after it.
+"""reduction_structure.online_logsumexp: logsumexp / softmax / log_softmax over ANY dim (not only the last) or
+adjacent dims taken together (a softmax over a flattening view, see rules/analysis_views.py), fused with the
+library op's output, the elementwise ops before it and the elementwise ops after it.
 
 One streaming pass keeps a running max and a rescaled sum of exponentials per lane (merged across lanes and
 split programs with the same (max, sum) combine); softmax writes in a second pass over the same tile.
@@ -29,8 +30,9 @@ class OnlineLogsumexp(ReductionRecipe):
         elif reducer.kind is not OpKind.SOFTMAX:
             raise NotApplicable(f"{reducer.op} is not logsumexp / softmax / log_softmax")
         _, dims = reduce_dims(reducer)
-        if dims is None or len(dims) != 1 and reducer.kind is OpKind.SOFTMAX:
-            raise NotApplicable(f"{reducer.op} over several dims")
+        if dims is None:
+            raise NotApplicable(f"{reducer.op} without dims")
+        # softmax over several (adjacent) dims: the analysis folded `x.view(b, c, -1)` -> softmax -> view back
         rank = plan.full_rank
         normal = sorted(d % rank for d in dims)
         if normal != list(range(normal[0], normal[-1] + 1)):
