@@ -130,12 +130,30 @@ def _sizes(values: Sequence[Any]) -> list[int]:
 
 
 def _sample(out: Any) -> list[torch.Tensor]:
+    """At most _SAMPLE elements of each floating output, at positions that depend only on its size.
+
+    The positions follow the golden-ratio (Weyl) sequence, which has no period: a regular stride can alias with
+    the row length of a row-major output and sample one column only. On the H200 the 32768 x 32768 output of
+    KernelBench's cumsum_exclusive, sampled every 2**18 elements, showed only its all-zero first column, so the
+    task was called degenerate ("same across seeds") and a 4.3x kernel went uncounted.
+    """
     sampled = []
     for t in checks.flatten(out):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
             flat = t.detach().reshape(-1)
-            sampled.append(flat[:: max(1, flat.numel() // _SAMPLE)].clone())
+            sampled.append(flat[sample_positions(flat.numel(), flat.device)].clone())
     return sampled
+
+
+_GOLDEN = 0.6180339887498949  # (sqrt(5) - 1) / 2
+
+
+def sample_positions(numel: int, device: torch.device) -> torch.Tensor:
+    """Indices of the degeneracy sample of a flat tensor of `numel` elements (all of them when it is small)."""
+    if numel <= _SAMPLE:
+        return torch.arange(numel, device=device)
+    k = torch.arange(_SAMPLE, dtype=torch.float64, device=device)
+    return torch.floor(torch.frac(k * _GOLDEN) * numel).long().clamp_(max=numel - 1)
 
 
 def _has_poison(out: Any) -> bool:

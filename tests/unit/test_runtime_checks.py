@@ -80,6 +80,29 @@ def test_degenerate_reasons() -> None:
     assert "NaN" in (checks.degenerate_reason(nan, samples, [x], 1e-4, 1e-4) or "")
 
 
+def test_degeneracy_sample_does_not_alias_with_the_row_length() -> None:
+    """An exclusive cumsum has an all-zero first column. A regular stride that is a multiple of the row length saw
+    only that column (the H200 cumsum_exclusive case, 32768 x 32768 every 2**18) and called the task degenerate."""
+    from htam_graph.kernels_runtime import trials
+
+    rows, cols = 2 * trials._SAMPLE, 64  # a stride of numel // _SAMPLE = 128 = 2 rows would hit column 0 only
+
+    def exclusive_cumsum(seed: int) -> torch.Tensor:
+        x = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed))
+        return torch.cat([torch.zeros(rows, 1), torch.cumsum(x[:, :-1], dim=1)], dim=1)
+
+    outs = [exclusive_cumsum(seed) for seed in (1, 2, 3)]
+    samples = [trials._sample(o) for o in outs]
+    assert checks.degenerate_reason(outs[0], samples, [], 1e-4, 1e-4) is None
+    positions = trials.sample_positions(rows * cols, torch.device("cpu"))
+    assert len(positions) == trials._SAMPLE and int(positions.max()) < rows * cols
+    assert len(set((positions % cols).tolist())) == cols  # every column is sampled
+    # the old regular stride, for the record: it saw column 0 alone
+    assert set((torch.arange(0, rows * cols, rows * cols // trials._SAMPLE) % cols).tolist()) == {0}
+    small = trials.sample_positions(10, torch.device("cpu"))
+    assert small.tolist() == list(range(10))
+
+
 def test_bitwise_equal_is_nan_aware() -> None:
     a = torch.tensor([1.0, float("nan")])
     assert checks.bitwise_equal(a, a.clone())
