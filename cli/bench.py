@@ -101,10 +101,20 @@ def _gpu_ids() -> list[str]:
     return visible[:n] if visible else [str(i) for i in range(n)]
 
 
+def _torch_version() -> str:
+    """torch.__version__, as the workers report it (with its local part, e.g. "+cu130"; the distribution's
+    metadata drops it, and a bench interrupted before its end showed both spellings in one report)."""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    return str(torch.__version__)
+
+
 def _environment(device: Device) -> dict[str, Any]:
     info: dict[str, Any] = {
         "gpu_name": "cpu",
-        "torch_version": _version("torch"),
+        "torch_version": _torch_version(),
         "triton_version": _version("triton"),
         "htam_graph_version": __version__,
     }
