@@ -90,6 +90,13 @@ def wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], timeout_s:
     raise AssertionError(f"no result line in {timeout_s} s")
 
 
+def _default_sigint() -> None:
+    """In the bench child, SIGINT raises KeyboardInterrupt whatever the test runner inherited. A test run started
+    in the background by a non-interactive shell ignores SIGINT, the child inherits that, and Python then
+    installs no handler: the bench ran to the end and this test failed (seen on this machine, not a bench bug)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def resumed(bench_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Start a 3-task bench (1 worker), SIGINT it after the first result, then re-run the same command."""
@@ -102,6 +109,7 @@ def resumed(bench_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
         env={**os.environ, **cli_env(bench_settings)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,
     )
     try:
         wait_for_lines(out / "results.jsonl", 1, proc, timeout_s=400)
