@@ -25,7 +25,15 @@ log = logging.getLogger(__name__)
 
 _RETIME_S = 0.05
 
-__all__ = ["ProbeResult", "MetaEstimate", "MetaRun", "probe_cpu", "estimate_meta", "meta_forward"]
+__all__ = [
+    "ProbeResult",
+    "MetaEstimate",
+    "MetaRun",
+    "build_meta_inputs",
+    "probe_cpu",
+    "estimate_meta",
+    "meta_forward",
+]
 
 
 @dataclass(frozen=True)
@@ -154,19 +162,23 @@ def meta_forward(task: types.ModuleType, *, forward: bool = True, count_flops: b
 
 def _meta_build(task: types.ModuleType) -> tuple[Any, list[Any] | None, Exception | None]:
     model: Any = None
-    inputs: list[Any] | None = None
     error: Exception | None = None
     try:
         with torch.device("meta"):
             model = task.Model(*task.get_init_inputs())
     except Exception as e:  # .item() while building, say: the model cannot exist without data
         error = e
+    inputs, inputs_error = build_meta_inputs(task)
+    return model, inputs, error or inputs_error
+
+
+def build_meta_inputs(task: types.ModuleType) -> tuple[list[Any] | None, Exception | None]:
+    """`get_inputs()` on the meta device (no memory, no time): (the inputs, None), or (None, why it failed)."""
     try:
         with torch.device("meta"):
-            inputs = list(task.get_inputs())
+            return list(task.get_inputs()), None
     except Exception as e:  # a task that builds inputs some other way: size unknown
-        error = error or e
-    return model, inputs, error
+        return None, e
 
 
 def _run_meta_forward(model: Any, inputs: list[Any], count_flops: bool) -> MetaRun:

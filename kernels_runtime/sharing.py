@@ -18,12 +18,8 @@ __all__ = ["exclusive", "input_elements", "memory_need_bytes", "meta_inputs", "r
 
 def meta_inputs(task: types.ModuleType) -> list[torch.Tensor] | None:
     """The task's input tensors built on the meta device (no memory, no time); None if that fails."""
-    try:
-        with torch.device("meta"):
-            inputs = task.get_inputs()
-    except Exception:  # a task that builds inputs some other way: size unknown
-        return None
-    return [x for x in inputs if isinstance(x, torch.Tensor)]
+    inputs, _ = refprobe.build_meta_inputs(task)
+    return None if inputs is None else [x for x in inputs if isinstance(x, torch.Tensor)]
 
 
 def input_elements(task: types.ModuleType) -> int:
