@@ -13,11 +13,10 @@ from __future__ import annotations
 from htam_graph.model import PrecisionPolicy
 from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView, header_line
 from htam_graph.rules.recipes.library_epilogue import KEY as EPILOGUE_KEY
-from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
+from htam_graph.rules.recipes.library_epilogue import LIBRARY_CALL_MARKS, LibraryEpilogue
 
 TF32_MATMUL = "precision.tf32_matmul"
 TF32_CONVOLUTION = "precision.tf32_convolution"
-_LIBRARY_MARK = "# library op, unchanged"
 
 _MATMUL_OPS = frozenset({"linear", "matmul", "mm", "bmm"})
 _SWITCH = {
@@ -66,7 +65,7 @@ class Tf32Library:
     def _with_tf32(self, source: str, config: KernelConfig) -> str:
         """The epilogue file with its library call wrapped in the TF32 scope (and named as this recipe)."""
         lines = source.split("\n")
-        marked = [i for i, line in enumerate(lines) if line.rstrip().endswith(_LIBRARY_MARK)]
+        marked = [i for i, line in enumerate(lines) if line.rstrip().endswith(LIBRARY_CALL_MARKS)]
         if len(marked) != 1 or not lines[0].startswith("# htam-rules: "):
             raise NotApplicable(f"{EPILOGUE_KEY} wrote no single marked library call to run under TF32")
         i = marked[0]
