@@ -11,11 +11,23 @@ allclose(1e-4, 1e-4), TF32 off. Timings (triton.testing.do_bench median, ms) are
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
+from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.model import Task
 from htam_graph.rules.recipes.tuning import POOL_LADDER
-from tests.gpu.rules_gpu_support import FP32_STRICT, GPU_MARKS, generate, make_task, report, run_case
+from tests.gpu.rules_gpu_support import (
+    FP32_STRICT,
+    GPU_MARKS,
+    generate,
+    import_candidate,
+    make_task,
+    report,
+    run_case,
+)
 
 POOL = "data_reuse.pooling_window_reuse"
 CASES = [
@@ -53,3 +65,68 @@ def test_every_pool_tuning_config_is_correct_on_cuda(rel: str, tmp_path: Path) -
             f"\nRULES_GPU_TUNE {rel} {POOL} {config} eager_ms={r.eager_ms:.4f} kernel_ms={r.kernel_ms:.4f}"
             f" max_abs_err={r.max_abs_err:.2e}"
         )
+
+
+# ------------------------------------------------- edge cases of the rows x W-blocks layout, compiled for CUDA
+EDGE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, *window):
+        super().__init__()
+        self.pool = nn.{pool}(*window)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return [{init}]
+"""
+EDGE_CASES = [
+    # a row of 5000 outputs: several W blocks at every ladder BLOCK, ceil_mode's clipped last window
+    ("AvgPool1d", "2, 3, 5003", [(8, 1, 4, True, True), (5, 3, 2, True, False)]),
+    # rows shorter than BLOCK (several rows per program), padded D/H rows, divisor_override
+    (
+        "AvgPool3d",
+        "2, 3, 9, 10, 37",
+        [(3, 2, 1, True, False, None), ((2, 3, 2), (1, 2, 3), 1, False, True, 7)],
+    ),
+    ("MaxPool2d", "2, 3, 33, 517", [(4, 1, 1, 1), (3, 2, 1, 2, False, True)]),
+]
+
+
+@pytest.mark.parametrize(("pool", "shape", "inits"), EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
+def test_pool_layout_edge_cases_on_cuda(
+    pool: str, shape: str, inits: list[tuple[Any, ...]], tmp_path: Path
+) -> None:
+    source = EDGE.format(pool=pool, shape=shape, init=", ".join(map(repr, inits[0])))
+    task = Task(key=f"synthetic/{pool}", suite="kernelbench", level=None, name=pool, source=source,
+                source_sha256="0" * 64)  # fmt: skip
+    ref_mod = load_task_module(source, "reference", {})
+    for config in POOL_LADDER:
+        module = import_candidate(generate(task, POOL, config), tmp_path)
+        for init in inits:
+            torch.manual_seed(1)
+            x = torch.randn(*map(int, shape.split(", ")), device="cuda") * 6 - 3
+            if pool.startswith("Max"):
+                x[0, 0, 1, 3] = float("nan")  # PyTorch's max pooling propagates NaN
+                x[1, 2, :4] = float("-inf")
+            expected = ref_mod.Model(*init).cuda()(x)
+            got = module.ModelNew(*init).cuda()(x)
+            assert got.shape == expected.shape and got.dtype == expected.dtype
+            err = (got - expected).abs().nan_to_num().max().item()
+            assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4, equal_nan=True), (
+                pool,
+                init,
+                config,
+                err,
+            )
+            if pool.startswith("Max"):
+                assert expected.isnan().any() and torch.equal(got.isnan(), expected.isnan())

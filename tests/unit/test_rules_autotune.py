@@ -79,7 +79,7 @@ def reply_for(recipe: str, config: KernelConfig) -> GenerationReply:
 # ------------------------------------------------------------------------------------------------ space
 def test_space_is_the_default_then_the_tuning_ladders() -> None:
     pool = space_for(POOL)
-    assert pool[0] == KernelConfig(block=256, num_warps=4) and set(POOL_LADDER) <= set(pool)
+    assert pool[0] == KernelConfig(block=1024, num_warps=4) and set(POOL_LADDER) <= set(pool)
     chain = space_for(CHAIN)
     assert set(ELEMENTWISE_LADDER) | set(VECTOR_LADDER) == set(chain) and len(chain) == len(set(chain))
     assert space_for("no.such_recipe") == ()

@@ -1,12 +1,16 @@
 """Source text of the windowed pooling kernel, its launcher and the Python helpers they share.
 
 One kernel serves max and avg pooling over 1, 2 or 3 spatial dimensions: the input is viewed as
-(planes, D, H, W) with the missing leading spatial dimensions of size 1 (planes = batch * channels), the grid is
-1D over the flattened output (`BLOCK` outputs per program), and every program loops over the window with
-`tl.static_range` (the window extents are `tl.constexpr`, read from the pooling module at run time). The
-elementwise ops before the pool (its prologue) are evaluated on every window element as it is loaded, the ops
-after it (its epilogue) on the pooled value, all in fp32 registers: the pooled tensor's input and every
-intermediate never go through memory.
+(planes, D, H, W) with the missing leading spatial dimensions of size 1 (planes = batch * channels), the output
+as rows (plane, od, oh) of OW outputs. The grid is 2D: axis 0 over groups of ROWS output rows (each row index is
+split into plane / od / oh once per program, never per element), axis 1 over blocks of BLOCK_W consecutive
+outputs along W (BLOCK_W * ROWS = BLOCK; ROWS > 1 only when a row is shorter than BLOCK). Per element only the
+W position is computed, in 32 bits from a per-row base. Window extents, strides, paddings and dilations are
+`tl.constexpr` (read from the pooling module at run time, so Triton specialises the window loop); every program
+loops over the window with `tl.static_range`, skipping a whole D/H row of the window that lies in the padding
+with one per-row test. The elementwise ops before the pool (its prologue) are evaluated on every window element
+as it is loaded, the ops after it (its epilogue) on the pooled value, all in fp32 registers: the pooled
+tensor's input and every intermediate never go through memory. Max pooling propagates NaN, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -102,111 +106,174 @@ def _region_lines(
     return lines, helpers, vars_[region.output]
 
 
-def _load(leaf: Leaf, index: str, mask: str, indent: str, var: str) -> str:
-    at = f"({index} // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else index
-    return f"{indent}{var} = tl.load({leaf.arg}_ptr + {at}, mask={mask}, other=0.0).to(tl.float32)"
+def _load_text(leaf: Leaf, at: str, mask: str, other: str, var: str, base: str = "_ptr") -> str:
+    return f"{var} = tl.load({leaf.arg}{base} + {at}, mask={mask}, other={other}).to(tl.float32)"
 
 
-def pool_kernel_source(code: PoolCode, kernel_name: str) -> tuple[str, frozenset[str]]:
-    """The @triton.jit kernel text and the triton_math helpers it calls."""
+def _row_load(leaf: Leaf, base: str, mask: str, indent: str, var: str) -> list[str]:
+    """A broadcast leaf constant along W (`<arg>_PER_ROW`): one value per output / input row."""
+    at = f"({base} // {leaf.arg}_inner) % {leaf.arg}_size"
+    return [
+        f"{indent}if {leaf.arg}_PER_ROW:  # constant along W: one value per row, no per-element division",
+        f"{indent}    {var} = tl.load({leaf.arg}_ptr + {at}, mask={mask}, other=0.0).to(tl.float32)",
+    ]
+
+
+def _kernel_params(code: PoolCode) -> list[str]:
     leaves = code.tensor_leaves()
-    scalar_args = {s.path: s.arg for s in code.scalars}
-    params = [f"{leaf.arg}_ptr" for leaf in leaves] + ["out_ptr", "n_out"]
-    params += ["ID, IH, IW", "OD, OH, OW", "SD, SH, SW", "PD, PH, PW"]
-    params += ["DD, DH, DW"] if code.is_max else ["DIVISOR_OVERRIDE"]
+    params = [f"{leaf.arg}_ptr" for leaf in leaves] + ["out_ptr"]
+    params += ["n_rows", "ID, IH, IW", "OD, OH, OW", "w_block_first"]
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
     params += [s.arg for s in code.scalars]
-    params += ["KD: tl.constexpr", "KH: tl.constexpr", "KW: tl.constexpr"]
-    if not code.is_max:
-        params += ["COUNT_INCLUDE_PAD: tl.constexpr"]
-    params += ["BLOCK: tl.constexpr", "INDEX_64: tl.constexpr"]
+    params += ["KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr"]
+    params += ["SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr"]
+    params += ["PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr"]
+    if code.is_max:
+        params += ["DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr"]
+    else:
+        params += ["COUNT_INCLUDE_PAD: tl.constexpr", "DIVISOR_OVERRIDE: tl.constexpr"]
+    params += [f"{leaf.arg}_PER_ROW: tl.constexpr" for leaf in leaves if leaf.broadcast]
+    params += ["ROWS: tl.constexpr", "BLOCK_W: tl.constexpr", "INDEX_64: tl.constexpr"]
+    return params
+
+
+def _kernel_head(code: PoolCode, kernel_name: str) -> list[str]:
     kind = "max" if code.is_max else "average"
-    lines = [
+    return [
         "@triton.jit",
         f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
+        *(f"    {p}," for p in _kernel_params(code)),
         "):",
-        f'    """{kind.capitalize()} pooling over a KD x KH x KW window: one program computes BLOCK outputs in fp32.',
+        f'    """{kind.capitalize()} pooling over a KD x KH x KW window, in fp32: one program computes a tile of',
+        "    ROWS output rows x BLOCK_W consecutive outputs along W.",
         "",
         "    The input is viewed as (planes, ID, IH, IW) with planes = batch * channels (1D and 2D pools have",
-        '    ID = 1 and/or IH = 1); window positions outside the input are padding and are skipped."""',
-        "    pid = tl.program_id(0)",
-        "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
-        "        pid = pid.to(tl.int64)",
-        "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
-        "    mask = offs < n_out",
-        "    # (plane, od, oh, ow) of every output element of this program",
-        "    ow = offs % OW",
-        "    rest = offs // OW",
-        "    oh = rest % OH",
-        "    rest = rest // OH",
+        "    ID = 1 and/or IH = 1), the output as n_rows = planes * OD * OH rows of OW. Each row index is split",
+        "    into (plane, od, oh) once per program; per element only the position along W is computed. Window",
+        '    positions outside the input are padding: a whole D/H row of the window is skipped by one row test."""',
+        "    pid_row = tl.program_id(0)  # the large count (rows) is on grid axis 0",
+        "    if INDEX_64:  # more than 2**31 elements: 64-bit row bases (in-row offsets stay 32-bit)",
+        "        pid_row = pid_row.to(tl.int64)",
+        "    row = pid_row * ROWS + tl.arange(0, ROWS)[:, None]  # [ROWS, 1]",
+        "    row_ok = row < n_rows",
+        "    oh = row % OH",
+        "    rest = row // OH",
         "    od = rest % OD",
         "    plane = rest // OD",
+        "    ow = (w_block_first + tl.program_id(1)) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]  # [1, BLOCK_W]",
+        "    out_ok = row_ok & (ow < OW)",
         "    # first input position of each window (may lie in the padding)",
         "    d0 = od * SD - PD",
         "    h0 = oh * SH - PH",
         "    w0 = ow * SW - PW",
     ]
+
+
+def pool_kernel_source(code: PoolCode, kernel_name: str) -> tuple[str, frozenset[str]]:
+    """The @triton.jit kernel text and the triton_math helpers it calls."""
+    scalar_args = {s.path: s.arg for s in code.scalars}
+    lines = _kernel_head(code, kernel_name)
     if code.is_max:
-        lines.append('    acc = tl.full([BLOCK], -float("inf"), tl.float32)  # padding never wins a max')
-        step = ("DD", "DH", "DW")
+        lines.append(
+            '    acc = tl.full([ROWS, BLOCK_W], -float("inf"), tl.float32)  # padding never wins a max'
+        )
+        step = ("kd * DD", "kh * DH", "kw * DW")
     else:
-        lines.append("    acc = tl.zeros([BLOCK], tl.float32)  # fp32 window sum")
-        step = ("1", "1", "1")
+        lines.append("    acc = tl.zeros([ROWS, BLOCK_W], tl.float32)  # fp32 window sum")
+        step = ("kd", "kh", "kw")
     lines += [
         "    for kd in tl.static_range(KD):",
-        f"        di = d0 + kd * {step[0]}",
-        "        d_in = (di >= 0) & (di < ID)",
+        f"        di = d0 + {step[0]}",
         "        for kh in tl.static_range(KH):",
-        f"            hi = h0 + kh * {step[1]}",
-        "            dh_in = d_in & (hi >= 0) & (hi < IH)",
-        "            for kw in tl.static_range(KW):",
-        f"                wi = w0 + kw * {step[2]}",
-        "                valid = mask & dh_in & (wi >= 0) & (wi < IW)",
-        "                src = ((plane * ID + di) * IH + hi) * IW + wi  # flat index of the window element",
+        f"            hi = h0 + {step[1]}",
+        "            # one test per input row: a window row in the D/H padding loads nothing",
+        "            row_in = row_ok & (di >= 0) & (di < ID) & (hi >= 0) & (hi < IH)",
+        "            in_row = ((plane * ID + di) * IH + hi) * IW  # flat index of input (plane, di, hi, 0)",
     ]
     body = " " * 16
     helpers: set[str] = set()
     vars_: dict[str, str] = {}
-    for i, leaf in enumerate(code.pre_leaves()):
+    pre_leaves = code.pre_leaves()
+    for i, leaf in enumerate(pre_leaves):
         vars_[leaf.ref] = f"a{i}"
-        lines.append(_load(leaf, "src", "valid", body, f"a{i}"))
+        if leaf.broadcast:
+            lines += _row_load(leaf, "in_row", "row_in", " " * 12, f"a{i}")
+        else:
+            win = f"{leaf.arg}_win = {leaf.arg}_ptr + in_row + w0"
+            lines.append(f"            {win}  # window starts in this input row (64-bit pointers)")
+    lines += [
+        "            for kw in tl.static_range(KW):",
+        f"                # input position w0 + {step[2]} inside [0, IW), tested on w0 so that the tap's offset",
+        "                # stays a compile-time constant added to the row pointers",
+        f"                valid = row_in & (w0 >= -{step[2]}) & (w0 < IW - {step[2]})",
+    ]
+    # Without a prologue a masked load can return the reduction's identity directly.
+    neutral = '-float("inf")' if code.is_max else "0.0"
+    identity = neutral if code.pre is None else "0.0"
+    for i, leaf in enumerate(pre_leaves):
+        if leaf.broadcast:
+            at = f"((in_row + w0 + {step[2]}) // {leaf.arg}_inner) % {leaf.arg}_size"
+            lines.append(f"{body}if not {leaf.arg}_PER_ROW:")
+            lines.append(f"{body}    {_load_text(leaf, at, 'valid', '0.0', f'a{i}')}")
+        else:
+            lines.append(f"{body}{_load_text(leaf, f'{step[2]}', 'valid', identity, f'a{i}', '_win')}")
     if code.pre is not None:
         lines.append(f"{body}# prologue, on every window element as it is loaded")
         pre_lines, pre_helpers, value = _region_lines(code.pre, vars_, scalar_args, body, "p")
         lines += pre_lines
         helpers |= pre_helpers
+        masked = f"tl.where(valid, {value}, {neutral})"
     else:
-        value = vars_[code.source.ref]
+        masked = vars_[code.source.ref]
     if code.is_max:
-        lines.append(f'{body}acc = tl.maximum(acc, tl.where(valid, {value}, -float("inf")))')
+        lines.append(f"{body}acc = tl.maximum(acc, {masked}, propagate_nan=tl.PropagateNan.ALL)  # NaN wins")
         lines.append("    pooled = acc")
     else:
-        lines.append(f"{body}acc += tl.where(valid, {value}, 0.0)")
-        lines += [
-            "    # PyTorch's divisor: the window clipped to the padded input (count_include_pad) or to the input",
-            "    d1 = tl.minimum(d0 + KD, ID + PD)",
-            "    h1 = tl.minimum(h0 + KH, IH + PH)",
-            "    w1 = tl.minimum(w0 + KW, IW + PW)",
-            "    if COUNT_INCLUDE_PAD:",
-            "        count = (d1 - d0) * (h1 - h0) * (w1 - w0)",
-            "    else:",
-            "        count = (tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, IH) - tl.maximum(h0, 0))",
-            "        count = count * (tl.minimum(w1, IW) - tl.maximum(w0, 0))",
-            "    count = tl.where(DIVISOR_OVERRIDE > 0, DIVISOR_OVERRIDE, count)",
-            "    pooled = acc / count.to(tl.float32)",
-        ]
+        lines.append(f"{body}acc += {masked}")
+        lines += _divisor_lines()
+    return _epilogue_lines(code, lines, scalar_args, helpers)
+
+
+def _divisor_lines() -> list[str]:
+    return [
+        "    if DIVISOR_OVERRIDE > 0:",
+        "        pooled = acc / DIVISOR_OVERRIDE",
+        "    else:",
+        "        # PyTorch's divisor: the window clipped to the padded input (count_include_pad) or to the",
+        "        # input; its D and H factors are per row, only the W factor is per element",
+        "        d1 = tl.minimum(d0 + KD, ID + PD)",
+        "        h1 = tl.minimum(h0 + KH, IH + PH)",
+        "        w1 = tl.minimum(w0 + KW, IW + PW)",
+        "        if COUNT_INCLUDE_PAD:",
+        "            count = ((d1 - d0) * (h1 - h0)) * (w1 - w0)",
+        "        else:",
+        "            count = (tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, IH) - tl.maximum(h0, 0))",
+        "            count = count * (tl.minimum(w1, IW) - tl.maximum(w0, 0))",
+        "        count = tl.where(out_ok, count, 1)  # lanes past the row's end (never stored) must not divide by 0",
+        "        pooled = acc / count.to(tl.float32)",
+    ]
+
+
+def _epilogue_lines(
+    code: PoolCode, lines: list[str], scalar_args: dict[str, str], helpers: set[str]
+) -> tuple[str, frozenset[str]]:
+    lines.append("    out_row = row * OW  # flat index of output (plane, od, oh, 0)")
     result = "pooled"
     if code.post is not None:
         post_vars: dict[str, str] = {code.pooled_ref: "pooled"}
         lines.append("    # epilogue, on the pooled value")
         for i, leaf in enumerate(code.post_leaves()):
             post_vars[leaf.ref] = f"b{i}"
-            lines.append(_load(leaf, "offs", "mask", "    ", f"b{i}"))
+            if leaf.broadcast:
+                at = f"((out_row + ow) // {leaf.arg}_inner) % {leaf.arg}_size"
+                lines += _row_load(leaf, "out_row", "row_ok", "    ", f"b{i}")
+                lines += ["    else:", f"        {_load_text(leaf, at, 'out_ok', '0.0', f'b{i}')}"]
+            else:
+                lines.append(f"    {_load_text(leaf, 'out_row + ow', 'out_ok', '0.0', f'b{i}')}")
         post_lines, post_helpers, result = _region_lines(code.post, post_vars, scalar_args, "    ", "q")
         lines += post_lines
         helpers |= post_helpers
-    lines.append(f"    tl.store(out_ptr + offs, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
+    lines.append(f"    tl.store(out_ptr + out_row + ow, {result}.to(out_ptr.dtype.element_ty), mask=out_ok)")
     return "\n".join(lines) + "\n", frozenset(helpers)
 
 
@@ -219,7 +286,6 @@ def pool_launcher_source(code: PoolCode, launcher_name: str, kernel_name: str) -
         + [f"{s.arg}: float" for s in code.scalars]
         + ["pool: nn.Module"]
     )
-    block, warps = block_constant(kernel_name), warps_constant(kernel_name)
     lines = [
         f"def {launcher_name}({signature}) -> torch.Tensor:",
         f'    """{code.op} of the prologue over `{src}`, then the epilogue; window parameters read from `pool`."""',
@@ -259,37 +325,62 @@ def pool_launcher_source(code: PoolCode, launcher_name: str, kernel_name: str) -
             )
     lines += [
         f"    out = torch.empty({out_shape}, device={src}.device, dtype={src}.dtype)",
-        "    n_out = out.numel()",
-        "    if n_out == 0:",
+        "    if out.numel() == 0:",
         "        return out",
         "    pad3 = (3 - nd) * (1,)",
         "    in3, out3, k3 = pad3 + in_sizes, pad3 + out_sizes, pad3 + kernel",
         "    s3, p3, d3 = pad3 + stride, (3 - nd) * (0,) + padding, pad3 + dilation",
-        f"    grid = (triton.cdiv(n_out, {block}),)",
+        *_grid_lines(kernel_name),
     ]
-    args = [leaf.arg for leaf in leaves] + ["out", "n_out", "*in3", "*out3", "*s3", "*p3"]
-    if code.is_max:
-        args.append("*d3")
-    else:
-        args.append("int(pool.divisor_override or 0)" if code.nd > 1 else "0")
+    lines += _launch_lines(code, kernel_name)
+    lines.append("    return out")
+    return "\n".join(lines) + "\n"
+
+
+def _grid_lines(kernel_name: str) -> list[str]:
+    block = block_constant(kernel_name)
+    return [
+        "    n_rows = out.numel() // out3[2]  # output rows (plane, od, oh), each of out3[2] outputs along W",
+        "    # BLOCK outputs per program: along W, and over several rows when a row is shorter than BLOCK",
+        f"    block_w = min({block}, triton.next_power_of_2(out3[2]))",
+        f"    rows = {block} // block_w",
+        "    n_w_blocks = triton.cdiv(out3[2], block_w)",
+    ]
+
+
+def _launch_lines(code: PoolCode, kernel_name: str) -> list[str]:
+    leaves = code.tensor_leaves()
+    args = [leaf.arg for leaf in leaves] + ["out", "n_rows", "*in3", "*out3", "w_block_first"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
     args += [s.arg for s in code.scalars]
-    count_pad = [] if code.is_max else ["        COUNT_INCLUDE_PAD=bool(pool.count_include_pad),"]
-    n_src = f"{src}.numel()"
-    lines += [
-        f"    {kernel_name}[grid](",
-        f"        {', '.join(args)},",
-        "        KD=k3[0],",
-        "        KH=k3[1],",
-        "        KW=k3[2],",
-        *count_pad,
-        f"        BLOCK={block},",
-        f"        INDEX_64=max(n_out, {n_src}) + {block} > 2**31 - 1,",
-        f"        num_warps={warps},",
-        "    )",
-        "    return out",
+    window = [
+        "KD=k3[0], KH=k3[1], KW=k3[2],",
+        "SD=s3[0], SH=s3[1], SW=s3[2],",
+        "PD=p3[0], PH=p3[1], PW=p3[2],",
     ]
-    return "\n".join(lines) + "\n"
+    if code.is_max:
+        window.append("DD=d3[0], DH=d3[1], DW=d3[2],")
+    else:
+        divisor = "int(pool.divisor_override or 0)" if code.nd > 1 else "0"
+        window += ["COUNT_INCLUDE_PAD=bool(pool.count_include_pad),", f"DIVISOR_OVERRIDE={divisor},"]
+    for leaf in leaves:
+        if leaf.broadcast:
+            along_w = "in3[2]" if leaf in code.pre_leaves() else "out3[2]"
+            per_row = f"{leaf.arg}_inner % {along_w} == 0 or {leaf.arg}_size == 1"
+            window.append(f"{leaf.arg}_PER_ROW={per_row},")
+    return [
+        "    # CUDA caps grid axis 1 at 65535 programs: very long rows are launched in slices of W blocks",
+        "    for w_block_first in range(0, n_w_blocks, MAX_GRID_AXIS1):",
+        "        grid = (triton.cdiv(n_rows, rows), min(MAX_GRID_AXIS1, n_w_blocks - w_block_first))",
+        f"        {kernel_name}[grid](",
+        f"            {', '.join(args)},",
+        *(f"            {w}" for w in window),
+        "            ROWS=rows,",
+        "            BLOCK_W=block_w,",
+        f"            INDEX_64=max(out.numel(), {code.source.arg}.numel()) + {block_constant(kernel_name)} > INT32_MAX,",
+        f"            num_warps={warps_constant(kernel_name)},",
+        "        )",
+    ]
 
 
 def block_constant(kernel_name: str) -> str:
@@ -305,4 +396,6 @@ def pool_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     return [
         f"{block_constant(kernel_name)} = {config.block}  # pooled outputs per program",
         f"{warps_constant(kernel_name)} = {config.num_warps}",
+        "MAX_GRID_AXIS1 = 65535  # CUDA's limit on grid axis 1 (blocks along W); rows go on axis 0",
+        "INT32_MAX = 2**31 - 1  # beyond it, row bases are computed in 64 bits (INDEX_64)",
     ]

@@ -41,7 +41,8 @@ _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 _LAUNCHER_NAMES = frozenset(
     "out n_out pool nd kernel stride padding dilation ceil_mode in_sizes out_sizes pool_shape out_shape grid"
     " pad3 in3 out3 k3 s3 p3 d3 src acc pooled count valid plane rest offs mask pid ow oh od d0 h0 w0 d1 h1"
-    " w1 di hi wi kd kh kw d_in dh_in tl triton torch nn math".split()
+    " w1 di hi wi kd kh kw d_in dh_in tl triton torch nn math n_rows block_w rows n_w_blocks w_block_first"
+    " pid_row row row_ok out_ok row_in in_row out_row MAX_GRID_AXIS1 INT32_MAX".split()
 )
 
 
@@ -59,7 +60,7 @@ class PoolWindow:
     """Recipe for `data_reuse.pooling_window_reuse`."""
 
     key = KEY
-    default_config = KernelConfig(block=256, num_warps=4)
+    default_config = KernelConfig(block=1024, num_warps=4)  # outputs per program (along W first)
 
     def check(self, view: TaskView) -> Applicability:
         try:
