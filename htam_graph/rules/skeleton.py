@@ -22,11 +22,16 @@ _STANDARD_IMPORTS = ("import torch", "import torch.nn as nn", "import triton", "
 
 @dataclass(frozen=True)
 class ModelSkeleton:
-    """`imports`: the generated file's import lines. `init_source`: ModelNew's `__init__`, indented 4 spaces."""
+    """`imports`: the generated file's import lines. `init_source`: ModelNew's `__init__`, indented 4 spaces.
+
+    `forward_source`: the reference's `Model.forward`, unindented (for recipes that keep part of it as it is;
+    the names it reads are NOT checked here: such a recipe checks them itself).
+    """
 
     imports: tuple[str, ...]
     init_source: str
     forward_args: tuple[str, ...]
+    forward_source: str = ""
 
 
 def model_skeleton(source: str) -> ModelSkeleton:
@@ -65,7 +70,7 @@ def _skeleton(source: str) -> ModelSkeleton:
     if forward.args.vararg or forward.args.kwarg or forward.args.kwonlyargs:
         raise NotApplicable("Model.forward takes *args/**kwargs or keyword-only arguments")
     forward_args = _forward_args(forward)
-    return ModelSkeleton(_merge_imports(imports), init_source, forward_args)
+    return ModelSkeleton(_merge_imports(imports), init_source, forward_args, ast.unparse(forward))
 
 
 def _forward_args(forward: ast.FunctionDef) -> tuple[str, ...]:

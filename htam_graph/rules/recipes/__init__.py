@@ -5,6 +5,8 @@ from __future__ import annotations
 from htam_graph.rules.base import Recipe
 from htam_graph.rules.recipes.channels_last_conv import ChannelsLastConv
 from htam_graph.rules.recipes.conv_reduce import ConvReduction
+from htam_graph.rules.recipes.conv_transpose_rewrite import ConvTransposeAsConv
+from htam_graph.rules.recipes.depthwise_conv import DepthwiseConvDirect
 from htam_graph.rules.recipes.elementwise_chain import ElementwiseChain
 from htam_graph.rules.recipes.gemm_row_epilogue import GemmRowEpilogue
 from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
@@ -35,6 +37,8 @@ def base_recipes() -> dict[str, Recipe]:
     recipes.append(GemmRowEpilogue())
     recipes.append(ReduceBeforeLinear())
     recipes.append(ConvReduction())
+    recipes.append(ConvTransposeAsConv())
+    recipes.append(DepthwiseConvDirect())
     return {r.key: r for r in recipes}
 
 

@@ -37,9 +37,11 @@ ROW_LADDER = tuple(
         (4096, 16, 32768),
     )
 )
+# Pooling (recipes/pool_codegen.py): BLOCK = outputs per program, consecutive along W (several rows per
+# program only when a row is shorter than BLOCK).
 POOL_LADDER = tuple(
     KernelConfig(block=b, num_warps=w)
-    for b, w in ((256, 4), (512, 4), (1024, 8), (128, 4), (512, 8), (128, 2))
+    for b, w in ((1024, 4), (512, 4), (2048, 8), (1024, 8), (256, 4), (2048, 4))
 )
 # Tiled reductions / norms: BLOCK = elements per [BLOCK_R, BLOCK_I] tile, max_single_block // 16 = the program
 # count below which long reductions are split across programs (see recipes/reduce_kernel.py).
@@ -63,6 +65,12 @@ REDUCE_LADDER = tuple(
 # Channel-tile kernels (recipes/conv_reduce_codegen.py): BLOCK = C_PAD * BLOCK_S, max_single_block // 16 = the
 # program count below which narrower tiles / fewer tiles per program are used.
 _CONV_REDUCE_BASES = ("fusion.conv_reduction_epilogue",)
+# Direct depthwise conv (recipes/depthwise_codegen.py): BLOCK = output elements per [BLOCK_H, BLOCK_W] tile.
+_DEPTHWISE_BASES = ("data_reuse.depthwise_conv_direct",)
+DEPTHWISE_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w)
+    for b, w in ((1024, 4), (2048, 8), (512, 4), (2048, 4), (4096, 8), (1024, 8))
+)
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
     for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
@@ -120,6 +128,7 @@ def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     block_ladders |= {k: ELEMENTWISE_LADDER for k in _NOOP_BASES}
     block_ladders |= {k: REDUCE_LADDER for k in _REDUCE_BASES}
     block_ladders |= {k: REDUCE_LADDER for k in _CONV_REDUCE_BASES}
+    block_ladders |= {k: DEPTHWISE_LADDER for k in _DEPTHWISE_BASES}
     vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),
