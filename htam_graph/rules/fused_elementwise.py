@@ -76,7 +76,9 @@ class Region:
 
 
 def identifier(name: str, taken: set[str]) -> str:
-    """A fresh Python identifier for a graph name (`conv.bias` -> `conv_bias`)."""
+    """A fresh Python identifier for a graph name (`conv.bias` -> `conv_bias`; a per-channel view such as
+    `conv.bias.view(-1, 1, 1)`, see library_epilogue.fold_conv_bias -> `conv_bias_per_channel`)."""
+    name = re.sub(r"\.view\([-\d, ]*\)$", "_per_channel", name)
     base = re.sub(r"\W", "_", name).strip("_") or "t"
     if base[0].isdigit() or keyword.iskeyword(base) or base in _RESERVED:
         base = f"t_{base}"

@@ -23,7 +23,7 @@ from htam_graph.rules.recipes.conv_reduce_norm import (
     stats_launcher_source,
 )
 from htam_graph.rules.recipes.conv_reduce_plan import ConvReducePlan, plan_conv_reduce
-from htam_graph.rules.recipes.library_epilogue import _library_call
+from htam_graph.rules.recipes.library_epilogue import _library_call, call_comment, fold_conv_bias
 from htam_graph.rules.recipes.pool_codegen import POOL_HELPERS_SOURCE
 from htam_graph.rules.triton_math import helper_sources
 
@@ -34,6 +34,18 @@ _STATS_CONSTANTS = (
 )
 
 
+def _plan(view: TaskView) -> ConvReducePlan:
+    """The plan with the conv module's bias moved into the fused epilogue (see library_epilogue's
+    fold_conv_bias), or as written when the chain cannot take the bias add."""
+    folded = fold_conv_bias(view.graph, view.graph.nodes[0]) if view.graph.nodes else None
+    if folded is not None:
+        try:
+            return plan_conv_reduce(folded[0])
+        except NotApplicable:
+            pass
+    return plan_conv_reduce(view.graph)
+
+
 class ConvReduction:
     """Recipe for `fusion.conv_reduction_epilogue`."""
 
@@ -42,19 +54,20 @@ class ConvReduction:
 
     def check(self, view: TaskView) -> Applicability:
         try:
-            plan = plan_conv_reduce(view.graph)
+            plan = _plan(view)
             self._sources(plan, "probe", self.default_config)  # inexpressible ops fail here, not at emit time
         except NotApplicable as e:
             return Applicability.no(str(e))
         return Applicability.yes()
 
     def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = plan_conv_reduce(view.graph)
+        plan = _plan(view)
         stem = _stem(plan)
         kernels, launchers, helpers = self._sources(plan, stem, config)
         body = _dim_guards(plan)
         body.append(
-            f"{plan.library_var} = {_library_call(view.graph, plan.library)}  # library op, unchanged"
+            f"{plan.library_var} = {_library_call(view.graph, plan.library)}  "
+            f"# {call_comment(view.graph, plan.library)}"
         )
         call = [plan.library_var]
         scalar_exprs = [s.expr for s in plan.scalars]

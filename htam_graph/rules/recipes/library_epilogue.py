@@ -71,7 +71,7 @@ class LibraryEpilogue:
             launchers=(launcher_source(region, launcher_name, kernel_name, config),),
             class_doc=f"{library.op} (library) followed by one fused Triton epilogue ({region.describe()}).",
             forward_body=(
-                f"{library_var} = {_library_call(view.graph, library)}  # {_call_comment(view.graph, library)}",
+                f"{library_var} = {_library_call(view.graph, library)}  # {call_comment(view.graph, library)}",
                 f"return {launcher_name}({', '.join(call_args)})",
             ),
         )
@@ -120,7 +120,8 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
     if bias_info is None or len(bias_info.shape) != 1 or len(library.shape) < 3:
         return None
     spatial = len(library.shape) - 2
-    view_name = f"{bias_info.name}[per-channel]"
+    # named by its expression relative to the model, so recipes that pass a parameter as `self.<name>` pass this
+    view_name = f"{bias_info.name}.view(-1{', 1' * spatial})"
     view_info = TensorInfo(view_name, bias_info.kind, (bias_info.shape[0],) + (1,) * spatial, bias_info.dtype)
     nobias = dataclasses.replace(
         library,
@@ -141,7 +142,7 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
     folded = dataclasses.replace(
         graph, attrs=(*graph.attrs, view_info), nodes=(nobias, add, *graph.nodes[1:])
     )
-    return folded, nobias, f"self.{bias_info.name}.view(-1{', 1' * spatial})"
+    return folded, nobias, f"self.{view_name}"
 
 
 def _library_call(graph: OpGraph, node: OpNode, computed: dict[str, str] | None = None) -> str:
@@ -165,7 +166,7 @@ def _library_call(graph: OpGraph, node: OpNode, computed: dict[str, str] | None 
     return f"{namespace}.{node.op}({', '.join(args + kwargs)})"
 
 
-def _call_comment(graph: OpGraph, node: OpNode) -> str:
+def call_comment(graph: OpGraph, node: OpNode) -> str:
     folded = node.module_path is not None and _bias_folded(graph, node)
     return LIBRARY_CALL_MARKS[1 if folded else 0].removeprefix("# ")
 
