@@ -1,6 +1,7 @@
 // query: seed_mark
-// params: version, seeded_ms
+// params: version, digest, seeded_ms
 // returns: none
-// Records the seed version applied (a single (:SeedInfo {key: 'htam-seed'}) node).
+// Records the seed applied: its version and the digest of its content (a single (:SeedInfo {key: 'htam-seed'})
+// node), so a seed file edited without a version bump still reaches an existing memory.
 MERGE (s:SeedInfo {key: 'htam-seed'})
-SET s.version = $version, s.seeded_ms = $seeded_ms
+SET s.version = $version, s.digest = $digest, s.seeded_ms = $seeded_ms

@@ -1,8 +1,8 @@
 // query: seed_state
 // params: none
-// returns: globals, version
-// How many Global nodes exist and which seed version was last applied (null when never seeded).
+// returns: globals, version, digest
+// How many Global nodes exist and which seed (version, content digest) was last applied (nulls when never seeded).
 OPTIONAL MATCH (g:Global)
 WITH count(g) AS globals
 OPTIONAL MATCH (s:SeedInfo {key: 'htam-seed'})
-RETURN globals, s.version AS version
+RETURN globals, s.version AS version, s.digest AS digest

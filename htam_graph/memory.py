@@ -112,7 +112,7 @@ def seed_memory(store: GraphStore, seed: SeedMemory) -> SeedCounts:
     store.run("seed_globals", {"rows": globals_rows})
     store.run("seed_locals", {"rows": locals_rows})
     store.run("seed_transitions", {"rows": list(pairs.values())})
-    store.run("seed_mark", {"version": seed.version, "seeded_ms": now_ms()})
+    store.run("seed_mark", {"version": seed.version, "digest": seed_digest(seed), "seeded_ms": now_ms()})
     log.info(
         "seeded memory v%d: %d globals, %d locals, %d priors",
         seed.version,
@@ -125,17 +125,27 @@ def seed_memory(store: GraphStore, seed: SeedMemory) -> SeedCounts:
     )
 
 
+def seed_digest(seed: SeedMemory) -> str:
+    """sha256 of the seed's content: any edit of the seed file (a new Local, a changed op tag) changes it."""
+    return hashlib.sha256(seed.model_dump_json().encode()).hexdigest()
+
+
 def ensure_seeded(store: GraphStore, seed: SeedMemory | None = None) -> SeedCounts | None:
-    """Seed when the graph holds no Global node or its recorded seed version is older than `seed`'s
-    (default: the packaged seed file). Returns the counts when it seeded, None when the memory was current."""
+    """Seed when the graph holds no Global node, its recorded seed version is older than `seed`'s (default: the
+    packaged seed file) or its content differs from the seed last applied (an edit without a version bump: a
+    Local's op_tags fixed in the file once never reached a bench's existing memory). Seeding is idempotent and
+    keeps the evidence. Returns the counts when it seeded, None when the memory was current."""
     if seed is None:
         from htam_graph.seed import load_seed
 
         seed = load_seed()
     state = store.run("seed_state")[0]
     stored = state["version"]
-    if int(state["globals"]) > 0 and stored is not None and int(stored) >= seed.version:
-        return None
+    if int(state["globals"]) > 0 and stored is not None:
+        if int(stored) > seed.version:
+            return None  # a memory seeded by a newer release: its descriptions are newer than this file's
+        if int(stored) == seed.version and state.get("digest") == seed_digest(seed):
+            return None
     return seed_memory(store, seed)
 
 

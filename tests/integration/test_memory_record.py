@@ -95,6 +95,21 @@ def test_ensure_seeded_reseeds_a_newer_version(store: Any) -> None:
     assert [d.key for d in memory.directions(store)] == ["ga", "gb", "gc", "gd"]
 
 
+def test_ensure_seeded_reseeds_an_edited_seed_of_the_same_version(store: Any) -> None:
+    seed = tiny_seed(1)
+    assert memory.ensure_seeded(store, seed) is not None
+    edited = seed.model_copy(
+        update={"locals": [loc.model_copy(update={"op_tags": ["conv_transpose"]}) for loc in seed.locals]}
+    )
+    assert memory.ensure_seeded(store, edited) is not None  # same version, other content
+    assert memory.ensure_seeded(store, edited) is None
+    key = edited.locals[0].key
+    found = [c for c in memory.locals_for(store, edited.locals[0].global_key) if c.strategy.key == key]
+    assert found[0].strategy.op_tags == ["conv_transpose"]
+    older = tiny_seed(0)
+    assert memory.ensure_seeded(store, older) is None  # never rolls a memory back to an older seed
+
+
 def test_record_attempt_updates_every_stat_exactly(store: Any) -> None:
     memory.seed_memory(store, tiny_seed())
     good = attempt(

@@ -24,6 +24,9 @@ KEY = "fusion.conv_reduction_epilogue"
 pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout beside the checkout")
 
 
+# Alone on the 2-core machine this takes 2-9 minutes; a clean-clone CI run that shared the cores with other
+# work hit the suite's 600 s limit (stop 11). The evaluator's own timeout below stays 600 s.
+@pytest.mark.timeout(1500)
 def test_recipe_kernel_is_correct_in_the_real_evaluator() -> None:
     rel = "level2/92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp.py"
     source = (KB / rel).read_text(encoding="utf-8")
