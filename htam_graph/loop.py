@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 
 _MAX_ALTERNATIVES = 4  # other strategies under the chosen direction offered to an LLM
 
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
 ExecutableLocals = Callable[[Task], Sequence[str]]
 """For generators that can only act on some strategies (the offline rules): the local keys they can execute."""
 
@@ -122,16 +127,26 @@ class OptimizationLoop:
         history: list[str] = []
         gpu_arch = ""
         prev_attempt: str | None = None
+        evaluated: set[str] = set()  # sha256 of every candidate evaluated in this run
         for step in range(1, cfg.steps + 1):
-            choice = self._choose(task, history, gpu_arch, allowed, executable, rng)
             try:
-                request, reply = self._generate(task, step, choice, result, directions)
+                picked = self._choose_new_candidate(
+                    task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng
+                )
             except BackendError as e:
                 # A spent budget or a transport failure after retries ends the run cleanly: every step so far
                 # is already recorded, and the caller reports `backend_error` (exit 1 in the CLI).
                 result.stopped_reason = str(e)
                 result.backend_error = e
                 break
+            if picked is None:
+                result.stopped_reason = (
+                    "every applicable strategy's candidate was already evaluated in this run"
+                )
+                break
+            choice, request, reply = picked
+            if reply.source is not None:
+                evaluated.add(_digest(reply.source))
             outcome = self._evaluate_and_record(
                 task, step, choice, reply, result, history, prev_attempt, run_key, gpu_arch
             )
@@ -155,6 +170,36 @@ class OptimizationLoop:
         return result
 
     # ------------------------------------------------------------------------------------------- choice
+    def _choose_new_candidate(
+        self,
+        task: Task,
+        step: int,
+        history: list[str],
+        gpu_arch: str,
+        directions: dict[str, GlobalDirection],
+        executable: set[str] | None,
+        allowed: list[str],
+        result: RunResult,
+        evaluated: set[str],
+        rng: random.Random,
+    ) -> tuple[_Choice, GenerationRequest, GenerationReply] | None:
+        """Choose and generate the step's candidate. With a deterministic generator (the rules: `executable` is
+        set) a strategy whose candidate is byte-identical to one already evaluated in this run is set aside for
+        this step and the choice is made again among the rest: re-timing the same kernel teaches nothing and
+        spent whole runs (H200, stop 11: level1/68 evaluated the same channels-last kernel six times). None when
+        every applicable strategy repeats itself. An LLM's replies are evaluated as they come."""
+        usable, allowed_now = executable, allowed
+        while True:
+            choice = self._choose(task, history, gpu_arch, allowed_now, usable, rng)
+            request, reply = self._generate(task, step, choice, result, directions)
+            repeated = reply.source is not None and _digest(reply.source) in evaluated
+            if usable is None or choice.local is None or not repeated:
+                return choice, request, reply
+            usable = usable - {choice.local.strategy.key}
+            allowed_now = self._allowed_directions(directions, task, usable)
+            if not allowed_now:
+                return None
+
     def _allowed_directions(
         self, directions: dict[str, GlobalDirection], task: Task, executable: set[str] | None
     ) -> list[str]:

@@ -305,3 +305,45 @@ def test_a_failed_confirmation_is_recorded_as_negative_evidence(seeded) -> None:
     evidence = {c.strategy.key: c for c in memory.locals_for(seeded, flaky.global_key)}[flaky.local_key]
     assert evidence.negatives >= 1 and evidence.attempts >= 2
     assert result.confirmation.endswith("step 1 confirmed: 10 more trials on fresh seeds passed")
+
+
+class _SameSourcePerStrategy:
+    """A deterministic generator: one fixed candidate per local strategy (as a rule recipe with a fixed config)."""
+
+    name = "rules"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def generate(self, request: GenerationRequest) -> GenerationReply:
+        assert request.strategy is not None
+        self.calls.append(request.strategy.key)
+        body = _kernel("correct 1.2").split("```python\n")[1].rstrip("`\n")
+        return GenerationReply(source=f"{body}\n# strategy {request.strategy.key}\n")
+
+
+def test_a_deterministic_candidate_is_never_evaluated_twice_in_a_run(seeded) -> None:  # type: ignore[no-untyped-def]
+    task = _task()
+    two = RulesGenerator().recipes_for(task)[:2]
+    gen, evaluator = _SameSourcePerStrategy(), VerdictEvaluator()
+    loop = OptimizationLoop(
+        seeded,
+        evaluator,
+        gen,
+        PolicySettings(),
+        RunConfig(device="cpu", steps=5, policy="random"),
+        executable_locals=lambda _task: two,
+    )
+    result = loop.run(task)
+    sources = [r.candidate_source for r in evaluator.requests]
+    assert len(sources) == len(set(sources)) == 2  # each strategy's one candidate, once
+    assert sorted(s.local_key or "" for s in result.steps) == sorted(two)
+    assert result.stopped_reason == "every applicable strategy's candidate was already evaluated in this run"
+    assert len(gen.calls) > 2  # repeats were generated, recognised and set aside, never evaluated
+
+
+def test_an_llm_reply_repeating_a_candidate_is_still_evaluated(seeded) -> None:  # type: ignore[no-untyped-def]
+    gen = ScriptedGenerator([_kernel("correct 1.2")] * 3)
+    evaluator = VerdictEvaluator()
+    result = _loop(seeded, gen, evaluator, steps=3).run(_task())
+    assert len(result.steps) == 3 and len(evaluator.requests) == 3
