@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value
 from htam_graph.rules.triton_math import emit_op, render_literal
 
-__all__ = ["Leaf", "Region", "build_region", "kernel_source", "launcher_source", "BROADCAST_LAYOUT_SOURCE"]
+__all__ = [
+    "Leaf",
+    "Region",
+    "build_region",
+    "operand_renderer",
+    "kernel_source",
+    "launcher_source",
+    "BROADCAST_LAYOUT_SOURCE",
+]
 
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 _RESERVED = {"pid", "offs", "mask", "n_elements", "out_ptr", "out", "grid", "tl", "triton", "torch", "BLOCK"}
@@ -90,6 +99,27 @@ def identifier(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def operand_renderer(vars_: dict[str, str], scalars: dict[str, str]) -> Callable[[Value], str]:
+    """How an op's operand reads in kernel code: a tensor by its variable in `vars_` (the dict is read at call
+    time, so variables added after this call are seen), a scalar attribute by its argument, a number literally.
+    Raises NotApplicable for anything else."""
+
+    def render(value: Value) -> str:
+        if isinstance(value, Ref):
+            return vars_[value.name]
+        if isinstance(value, AttrScalar):
+            return scalars[value.path]
+        if (
+            isinstance(value, Const)
+            and isinstance(value.value, int | float)
+            and not isinstance(value.value, bool)
+        ):
+            return render_literal(value.value)
+        raise NotApplicable(f"unsupported operand {value}")
+
+    return render
+
+
 def build_region(graph: OpGraph, nodes: tuple[OpNode, ...], leaf_exprs: dict[str, str]) -> Region:
     """Check that `nodes` form a fusable elementwise region ending at the graph output and describe it.
 
@@ -157,18 +187,7 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
     vars_: dict[str, str] = {leaf.ref: leaf.arg for leaf in region.leaves}
     scalar_args = {s.path: s.arg for s in region.scalars}
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return vars_[value.name]
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    render = operand_renderer(vars_, scalar_args)
 
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "n_elements"]
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in region.leaves if leaf.broadcast]

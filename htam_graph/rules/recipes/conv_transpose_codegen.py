@@ -14,9 +14,8 @@ operands at the flat output index through `broadcast_layout`; full-shape operand
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region, identifier
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.fused_elementwise import Leaf, Region, identifier, operand_renderer
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["phase_constants", "phase_kernel_source", "phase_launcher_source"]
 
@@ -51,18 +50,7 @@ def phase_kernel_source(
     if clash:
         raise NotApplicable(f"operand names clash with the generated code's names: {sorted(clash)}")
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return vars_[value.name]
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    render = operand_renderer(vars_, scalar_args)
 
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["conv_bias_ptr", "out_ptr"]
     params += ["C", "M1", "M2", "M3", "sy_n", "sy_c", "sy_1", "sy_2", "sy_3", "L1", "L2", "L3"]

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region, Scalar
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.fused_elementwise import Leaf, Region, Scalar, operand_renderer
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = [
     "DepthwiseCode",
@@ -170,18 +169,7 @@ def _emit_nodes(
     """Append one line per epilogue node to `lines`; returns the helper names the expressions call."""
     local = dict(vars_)
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return local[value.name]
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    render = operand_renderer(local, scalar_args)
 
     helpers: set[str] = set()
     for i, node in enumerate(region.nodes):

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region, Scalar
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.fused_elementwise import Leaf, Region, Scalar, operand_renderer
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["PoolCode", "POOL_HELPERS_SOURCE", "pool_kernel_source", "pool_launcher_source"]
 
@@ -73,28 +72,11 @@ class PoolCode:
         return (*self.pre_leaves(), *self.post_leaves())
 
 
-def _renderer(vars_: dict[str, str], scalars: dict[str, str]):  # type: ignore[no-untyped-def]
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return vars_[value.name]
-        if isinstance(value, AttrScalar):
-            return scalars[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
-
-    return render
-
-
 def _region_lines(
     region: Region, vars_: dict[str, str], scalars: dict[str, str], indent: str, tag: str
 ) -> tuple[list[str], set[str], str]:
     """Lines evaluating a region's ops (its leaves already loaded into `vars_`), helpers used, result var."""
-    render = _renderer(vars_, scalars)
+    render = operand_renderer(vars_, scalars)
     lines: list[str] = []
     helpers: set[str] = set()
     for i, node in enumerate(region.nodes):
