@@ -99,14 +99,17 @@ def identifier(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def operand_renderer(vars_: dict[str, str], scalars: dict[str, str]) -> Callable[[Value], str]:
-    """How an op's operand reads in kernel code: a tensor by its variable in `vars_` (the dict is read at call
-    time, so variables added after this call are seen), a scalar attribute by its argument, a number literally.
-    Raises NotApplicable for anything else."""
+def operand_renderer(
+    tensors: dict[str, str] | Callable[[str], str], scalars: dict[str, str], where: str = ""
+) -> Callable[[Value], str]:
+    """How an op's operand reads in kernel code: a tensor by its variable in `tensors` (a dict read at call time,
+    so variables added after this call are seen, or a function of the graph name for kernels that index or
+    load some tensors specially), a scalar attribute by its argument, a number literally. Raises NotApplicable
+    for anything else (`where` ends the reason, e.g. " before the norm")."""
 
     def render(value: Value) -> str:
         if isinstance(value, Ref):
-            return vars_[value.name]
+            return tensors(value.name) if callable(tensors) else tensors[value.name]
         if isinstance(value, AttrScalar):
             return scalars[value.path]
         if (
@@ -115,7 +118,7 @@ def operand_renderer(vars_: dict[str, str], scalars: dict[str, str]) -> Callable
             and not isinstance(value.value, bool)
         ):
             return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+        raise NotApplicable(f"unsupported operand {value}{where}")
 
     return render
 

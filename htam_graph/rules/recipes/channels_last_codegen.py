@@ -12,10 +12,9 @@ operands at the flat NCHW index through the launcher-computed `(inner, size)` of
 
 from __future__ import annotations
 
-from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region, identifier
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.fused_elementwise import Leaf, Region, identifier, operand_renderer
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["layout_kernel_source", "layout_launcher_source", "layout_constants"]
 
@@ -43,18 +42,7 @@ def layout_kernel_source(
     vars_: dict[str, str] = {leaf.ref: leaf.arg for leaf in region.leaves}
     scalar_args = {s.path: s.arg for s in region.scalars}
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return vars_[value.name]
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    render = operand_renderer(vars_, scalar_args)
 
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "C", "S", "n_tiles_s", "n_tiles_c"]
     params += [_layout_params(leaf) for leaf in region.leaves if _flat_broadcast(leaf, per_channel)]

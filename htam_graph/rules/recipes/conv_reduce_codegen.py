@@ -14,9 +14,10 @@ A reduction over all spatial dims stores one fp32 partial per (sample, program, 
 from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
-from htam_graph.rules.ops import AttrScalar, Const, OpNode, Ref, Value
+from htam_graph.rules.fused_elementwise import operand_renderer
+from htam_graph.rules.ops import OpNode, Ref, Value
 from htam_graph.rules.recipes.conv_reduce_plan import PLANE, ROW, SCALAR, TILE, ConvReducePlan, Step
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["main_kernel_source", "finish_kernel_source"]
 
@@ -41,22 +42,15 @@ class _Ops:
         return f"{stem}{self.count}"
 
     def render(self, value: Value, layout: str) -> str:
-        if isinstance(value, Ref):
-            if value.name in self.vars:
-                return self.vars[value.name]
-            leaf = self.leaves[value.name]
-            if not leaf.per_channel:
-                return f"{leaf.arg}_s"
-            return f"{leaf.arg}_c[:, None]" if layout == TILE else f"{leaf.arg}_c"
-        if isinstance(value, AttrScalar):
-            return self.scalars[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+        return operand_renderer(lambda name: self._tensor(name, layout), self.scalars)(value)
+
+    def _tensor(self, name: str, layout: str) -> str:
+        if name in self.vars:
+            return self.vars[name]
+        leaf = self.leaves[name]
+        if not leaf.per_channel:
+            return f"{leaf.arg}_s"
+        return f"{leaf.arg}_c[:, None]" if layout == TILE else f"{leaf.arg}_c"
 
     def step(self, step: Step, indent: str) -> list[str]:
         """Lines computing one step's value (elementwise, norm, softmax, channel reduction, `same`)."""

@@ -10,11 +10,11 @@ statistics and updates the running ones as nn.BatchNorm does; eval mode uses the
 
 from __future__ import annotations
 
-from htam_graph.rules.base import NotApplicable
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value
+from htam_graph.rules.fused_elementwise import operand_renderer
+from htam_graph.rules.ops import Ref
 from htam_graph.rules.recipes.conv_reduce_plan import ConvReducePlan
 from htam_graph.rules.recipes.reduce_kernel import _COMBINES
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["WELFORD_COMBINE", "stats_kernel_source", "stats_finish_source", "stats_launcher_source"]
 
@@ -28,18 +28,7 @@ def stats_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]
     vars_: dict[str, str] = {plan.library.name: "x0"}
     helpers: set[str] = set()
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return vars_[value.name]
-        if isinstance(value, AttrScalar):
-            return scalars[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value} before the norm")
+    render = operand_renderer(vars_, scalars, " before the norm")
 
     chain = []
     for i, node in enumerate(plan.norm_chain):

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.ops import AttrScalar, Const, Ref, Value, number
+from htam_graph.rules.fused_elementwise import operand_renderer
+from htam_graph.rules.ops import Ref, number
 from htam_graph.rules.recipes.gemm_row_plan import ROW, RowPlan, RowStep, pool_size
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["RowSource", "row_source"]
 
@@ -83,22 +84,10 @@ def _leaf(ctx: _Ctx, ref: str, stage: int) -> str:
 def _render(ctx: _Ctx, step: RowStep) -> object:
     scalars = dict(ctx.plan.scalars)
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            if value.name in ctx.vars:
-                return ctx.vars[value.name]
-            return _leaf(ctx, value.name, step.stage)
-        if isinstance(value, AttrScalar):
-            return scalars[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    def tensor(name: str) -> str:
+        return ctx.vars[name] if name in ctx.vars else _leaf(ctx, name, step.stage)
 
-    return render
+    return operand_renderer(tensor, scalars)
 
 
 def _emit_step(ctx: _Ctx, step: RowStep) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
-from htam_graph.rules.fused_elementwise import identifier
-from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value, number
+from htam_graph.rules.fused_elementwise import identifier, operand_renderer
+from htam_graph.rules.ops import Const, OpKind, OpNode, Value, number
 from htam_graph.rules.recipes.loss_plan import COL, FULL, ONE, ROW, LossPlan, plan_loss
-from htam_graph.rules.triton_math import emit_op, helper_sources, render_literal
+from htam_graph.rules.triton_math import emit_op, helper_sources
 
 KEY = "fusion.pointwise_into_reduction"
 MAX_PARTIALS = 2048  # stage-1 programs (a fixed count: the combine order never depends on the device)
@@ -90,14 +90,7 @@ def _kernel_source(plan: LossPlan, name: str, config: KernelConfig) -> tuple[str
     variables = {leaf.ref: leaf.arg for leaf in plan.leaves}
     scalar_args = {s.path: s.arg for s in plan.scalars}
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            return variables[value.name]
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if number(value) is not None:
-            return render_literal(number(value))  # type: ignore[arg-type]
-        raise NotApplicable(f"unsupported operand {value}")
+    render = operand_renderer(variables, scalar_args)
 
     params = [f"{leaf.arg}_ptr" for leaf in plan.leaves] + ["partial_ptr", "n_rows", "n_cols", "n_tiles"]
     params += [s.arg for s in plan.scalars]

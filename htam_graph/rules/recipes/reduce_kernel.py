@@ -15,10 +15,10 @@ combine function (Chan's formula for Welford): the split reduction of `paralleli
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import identifier
+from htam_graph.rules.fused_elementwise import identifier, operand_renderer
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value, number
 from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
-from htam_graph.rules.triton_math import emit_op, render_literal
+from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["KernelSource", "reduction_source"]
 
@@ -429,22 +429,13 @@ def _emit(
     reduced_names = {n.name for n in plan.post_reduced}
     reduced_names |= {lf.ref for lf in plan.leaves if lf.space in (OUT, BOUT)}
 
-    def render(value: Value) -> str:
-        if isinstance(value, Ref):
-            var = vars_[value.name]
-            # in loop 2 a per-column value (a reduced result or a leaf read per column) broadcasts over rows
-            if per_column and value.name in reduced_names:
-                return f"{var}[None, :]"
-            return var
-        if isinstance(value, AttrScalar):
-            return scalar_args[value.path]
-        if (
-            isinstance(value, Const)
-            and isinstance(value.value, int | float)
-            and not isinstance(value.value, bool)
-        ):
-            return render_literal(value.value)
-        raise NotApplicable(f"unsupported operand {value}")
+    def tensor(name: str) -> str:
+        # in loop 2 a per-column value (a reduced result or a leaf read per column) broadcasts over rows
+        if per_column and name in reduced_names:
+            return f"{vars_[name]}[None, :]"
+        return vars_[name]
+
+    render = operand_renderer(tensor, scalar_args)
 
     emitted = emit_op(node, render)
     helpers |= emitted.helpers
