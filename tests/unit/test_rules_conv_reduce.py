@@ -219,3 +219,20 @@ def test_a_reduction_over_some_spatial_dims_is_a_window_level() -> None:
     window = plan.pools[0]
     assert plan.window_dims(window) == (1,)  # the H dim of (D, H, W)
     assert plan.final_layout == "row" and plan.out_labels == ("n", "1", "s0", "1", "s2")
+
+
+@needs_kb
+def test_a_window_spanning_reduced_dims_is_a_runtime_loop_and_pool_windows_stay_unrolled() -> None:
+    """level2/36 sums H = 256 rows after the channel min: unrolling that loop made Triton compile for minutes
+    on the H200 (its first evaluation timed out at 240 s in every bench). Small pool windows stay unrolled."""
+    recipe = default_recipes()[KEY]
+    spanning = recipe.emit(  # type: ignore[attr-defined]
+        task_view(kb_task("level2/36_ConvTranspose2d_Min_Sum_GELU_Add.py")), recipe.default_config
+    )
+    assert "window spanning the reduced dims" in spanning
+    assert "in range(K1H)" in spanning and "static_range" not in spanning
+    pooled = recipe.emit(  # type: ignore[attr-defined]
+        task_view(kb_task("level2/6_Conv3d_Softmax_MaxPool_MaxPool.py")), recipe.default_config
+    )
+    assert "in tl.static_range(K1H)" in pooled  # the first pool's window over the conv output
+    assert "in range(K2H)" in pooled  # a pool over pooled values: a loop at run time, as before
