@@ -229,8 +229,11 @@ class OptimizationLoop:
         scores = memory.score_directions(
             self.store, history, gpu_arch=gpu_arch, settings=self.settings, mode=mode
         )
-        direction = policy.sample_direction(
-            scores, rng, exclude=[s.key for s in scores if s.key not in allowed]
+        excluded = [s.key for s in scores if s.key not in allowed]
+        direction = policy.sample_direction(scores, rng, exclude=excluded)
+        # Record the chance the draw gave it (over the directions this task allows), not its share of all globals.
+        direction = direction.model_copy(
+            update={"probability": policy.drawn_probability(scores, direction.key, excluded)}
         )
         candidates = self._locals(task, direction.key, executable)
         if not candidates:

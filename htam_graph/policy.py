@@ -92,6 +92,22 @@ def sample_direction(
     return pool[-1]  # float round-off at the top end
 
 
+def drawn_probability(scored: Sequence[DirectionScore], key: str, exclude: Iterable[str] = ()) -> float:
+    """The chance `sample_direction(scored, rng, exclude)` had of returning `key`: its probability renormalised
+    over the non-excluded directions (uniform among them when every probability underflowed), 0.0 when `key` is
+    excluded or not scored. `probability` itself is over every direction, which understates a draw restricted to
+    the directions a task allows (level1/78: 0.066 reported for a 0.269 choice)."""
+    banned = set(exclude)
+    pool = [s for s in scored if s.key not in banned]
+    chosen = [s for s in pool if s.key == key]
+    if not chosen:
+        return 0.0
+    total = sum(s.probability for s in pool)
+    if total <= 0:
+        return 1.0 / len(pool)
+    return chosen[0].probability / total
+
+
 def ucb_value(candidate: LocalWithEvidence, total_attempts: int, c: float) -> float:
     """Upper-confidence value of a local strategy: mean gain + c·sqrt(ln N / n); untried ones are +inf."""
     if candidate.attempts <= 0:

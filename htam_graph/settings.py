@@ -18,7 +18,8 @@ class PolicySettings(BaseModel):
     history_k: int = Field(default=4, ge=1, le=32, description="last K directions aggregated")
     decay: float = Field(default=0.7, ge=0.0, description="recency decay: weight ∝ exp(-decay · age)")
     prior_gain: float = Field(
-        default=0.05, description="mean gain (ln speed-up) a transition is shrunk towards; > no_support_score"
+        default=0.05,
+        description="mean gain (ln speed-up) a seeded prior transition is shrunk towards; > no_support_score",
     )
     prior_strength: float = Field(default=3.0, ge=0.0, description="pseudo-count of the shrinkage prior")
     compile_penalty: float = Field(

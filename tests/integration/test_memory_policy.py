@@ -88,7 +88,8 @@ def reference_scores(
             n = sum(x * e[1] for x, e in zip(aw, es, strict=True))
             g = sum(x * e[2] for x, e in zip(aw, es, strict=True))
             f = sum(x * e[3] for x, e in zip(aw, es, strict=True))
-            u = (g + s.prior_strength * s.prior_gain - s.compile_penalty * f) / (n + s.prior_strength)
+            base = s.prior_gain if any(a == "prior" for a, *_ in es) else s.no_support_score
+            u = (g + s.prior_strength * base - s.compile_penalty * f) / (n + s.prior_strength)
             score += w * (u - s.no_support_score)
             support += sum(e[1] for e in es)
         out[c] = (score if seen else s.no_support_score, support)
@@ -243,3 +244,30 @@ def test_probabilities_sum_to_one_and_sampling_is_reproducible(store: Any) -> No
     assert sum(d.probability for d in ranked) == pytest.approx(1.0)
     draws = [policy.sample_direction(ranked, random.Random(3)).key for _ in range(3)]
     assert len(set(draws)) == 1
+
+
+def test_null_or_slower_evidence_never_lifts_a_transition(store: Any) -> None:
+    """An observed transition is shrunk towards what was believed before it was tried: prior_gain for a pair the
+    seed vouches for, no_support_score for any other. So trying a move and measuring no gain (every CPU attempt)
+    or a slowdown can only lower it, never lift an unknown pair above the ones never tried."""
+    memory.seed_memory(store, seed([("g0", "g1")]))
+    memory.record_attempts(
+        store,
+        [
+            rec("seeded_null", "g0", "g1", gain=0.0),  # a seeded pair, tried once without gain
+            rec("null", "g0", "g2", gain=0.0),  # an unknown pair (e.g. a self-transition), no gain
+            rec("slower", "g0", "g3", gain=-0.05),  # an unknown pair, measured 5% slower
+            rec("faster", "g0", "g5", gain=0.4),  # an unknown pair, measured faster
+        ],
+    )
+    s = PolicySettings()  # prior_gain 0.05, prior_strength 3, no_support_score 0
+    got = scores_of(store, ["g0"], s)
+    assert got["g4"] == (pytest.approx(0.0), 0)  # never tried
+    assert got["g1"][0] == pytest.approx(3 * 0.05 / 4) and got["g1"][0] < 0.05  # lowered from the prior alone
+    assert got["g2"] == (pytest.approx(0.0), 1)  # was 0.0375: above the never-tried g4
+    assert got["g3"][0] == pytest.approx(-0.05 / 4) and got["g3"][0] < got["g4"][0]
+    assert got["g5"][0] == pytest.approx(0.4 / 4)  # positive evidence still makes a pair worth taking
+    probs = {
+        d.key: d.probability for d in memory.score_directions(store, ["g0"], gpu_arch="sm_90", settings=s)
+    }
+    assert probs["g2"] < probs["g4"] and probs["g3"] < probs["g4"]
