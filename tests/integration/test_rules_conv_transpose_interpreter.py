@@ -3,7 +3,8 @@
 Each accepted dev task is generated, then ModelNew runs against Model at small sizes (same seed for both
 constructors) on the task's own inputs and a signed copy; rtol=atol=1e-4 (fp32). The weight is then doubled in
 place on both models: the outputs must follow (the weight transform is per call, never cached). Synthetic
-models cover stride 3, dilation, groups, output_padding and 1D / 2D with an epilogue. Each check runs in a
+models cover strides 3 to 5 (5: more phases than the kernel's slots), phases of unequal lengths, an output
+shorter than the stride, dilation, groups, output_padding and 1D / 2D / 3D with an epilogue. Each check runs in a
 fresh process with TRITON_INTERPRET=1 set before triton is imported.
 """
 
@@ -118,6 +119,14 @@ SYNTHETIC = [
     {"nd": 2, "k": 1, "s": 3, "p": 0, "op": 1, "d": 1, "g": 2, "bias": True, "sizes": "3, 4"},
     {"nd": 3, "k": 2, "s": 2, "p": 1, "op": 0, "d": 1, "g": 1, "bias": True, "sizes": "3, 4, 3"},
     {"nd": 1, "k": 5, "s": 1, "p": 4, "op": 1, "d": 2, "g": 1, "bias": True, "sizes": "9"},
+    # phases of unequal lengths (stride does not divide the output), stride 3 in 3D: 5 x 8 x 8
+    {"nd": 3, "k": 3, "s": 3, "p": 1, "op": 1, "d": 1, "g": 1, "bias": True, "sizes": "2, 3, 3"},
+    # stride 4 = PHASE_SLOTS, phases no tap reaches (k < s): 13 x 9
+    {"nd": 2, "k": 2, "s": 4, "p": 0, "op": 3, "d": 1, "g": 1, "bias": False, "sizes": "3, 2"},
+    # stride 5 > PHASE_SLOTS: the phases are interleaved before the kernel; 19 outputs
+    {"nd": 1, "k": 3, "s": 5, "p": 1, "op": 3, "d": 1, "g": 1, "bias": True, "sizes": "4"},
+    # an output dim shorter than the stride (2 < 3): only some phases exist
+    {"nd": 2, "k": 1, "s": 3, "p": 0, "op": 1, "d": 1, "g": 2, "bias": True, "sizes": "3, 1"},
 ]
 
 pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout beside the checkout")
@@ -216,7 +225,9 @@ def test_generated_kernel_matches_reference(rel: str, overrides: dict[str, Any],
     assert worst <= 1e-4
 
 
-@pytest.mark.parametrize("params", SYNTHETIC, ids=[f"{p['nd']}d-k{p['k']}s{p['s']}" for p in SYNTHETIC])
+@pytest.mark.parametrize(
+    "params", SYNTHETIC, ids=[f"{p['nd']}d-k{p['k']}s{p['s']}p{p['p']}op{p['op']}" for p in SYNTHETIC]
+)
 def test_synthetic_parameters_match_reference(params: dict[str, Any], tmp_path: Path) -> None:
     source = SYNTHETIC_TEMPLATE.format(**params)
     candidates = checked_sources(make_task(source, "synthetic"), small_tiles=params["nd"] < 3)

@@ -10,8 +10,11 @@ import pytest
 from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
 from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import applies
+from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.fused_elementwise import Leaf, Region
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import base_recipes, default_recipes
+from htam_graph.rules.recipes.conv_transpose_codegen import phase_kernel_source
 
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "algebraic_rewrite.conv_transpose_as_conv"
@@ -162,4 +165,18 @@ def test_an_elementwise_epilogue_is_fused_into_the_phase_kernel() -> None:
     assert (
         "return conv_transpose2d_write_phases(phases, out_sizes, module.stride, module.bias, self.bias)"
         in source
+    )
+
+
+@pytest.mark.parametrize("name", ["phase0", "phase3_s3", "o3", "y_phase", "row_phase_tensors"])
+def test_operand_names_that_clash_with_the_phase_writer_are_refused(name: str) -> None:
+    region = Region((Leaf("conv", "conv_out", "y", False), Leaf("b", name, name, True)), (), (), "conv")
+    with pytest.raises(NotApplicable, match=name):
+        phase_kernel_source(region, "conv", "probe_kernel", frozenset())
+    # a name of its own passes
+    phase_kernel_source(
+        Region((Leaf("conv", "conv_out", "y", False), Leaf("b", "skip", "skip", True)), (), (), "conv"),
+        "conv",
+        "probe_kernel",
+        frozenset(),
     )

@@ -6,9 +6,11 @@ flipped, padded by dilation * (k - 1) - padding. A strided one splits into strid
 decomposition), each a stride-1 forward conv with the sub-kernel of the taps that reach it (see
 `conv_transpose_phases`): exactly the useful FLOPs, no zero-insertion. The weight transform runs in forward
 on every call (it is tiny), never cached, so a changed weight changes the output. Then ONE Triton launch per
-phase reads the phase result once, applies the elementwise epilogue of the reference forward (the region
-analysis of `fusion.library_epilogue`) and writes its outputs of the final result: every output byte is
-written once. With no epilogue and stride 1, that kernel is a plain copy (one extra pass over the output).
+row phase (r1, r2) (one for 1D) writes whole output rows left to right: each element is read once from the
+phase result of its innermost phase, gets the elementwise epilogue of the reference forward (the region
+analysis of `fusion.library_epilogue`) and is stored contiguously: every output byte is written once, in full
+32-byte sectors (see `conv_transpose_codegen`). With no epilogue and stride 1, that kernel is a plain copy (one
+extra pass over the output).
 
 Applies to a forward whose first op is the one nn.ConvTranspose{1,2,3}d module call on a forward input,
 followed by nothing or by elementwise ops only. Whether it is faster than eager is a measurement, per task.
@@ -23,6 +25,7 @@ from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import BROADCAST_LAYOUT_SOURCE, Leaf, Region, build_region
 from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref
 from htam_graph.rules.recipes.conv_transpose_codegen import (
+    ROW_PHASES_SOURCE,
     phase_constants,
     phase_kernel_source,
     phase_launcher_source,
@@ -89,18 +92,22 @@ class ConvTransposeAsConv:
                 f"{op} ({plan.conv.origin}) is computed by forward convolutions (cuDNN's forward path,",
                 "not its transposed one): one stride-1 conv per output phase (stride**D phases), each with",
                 "the weight transposed per group, flipped and cut to the taps that reach that phase.",
-                f"One Triton launch per phase reads the phase result once, adds the conv bias, {fused},",
-                "and writes that phase's outputs of the final result (every output byte written once).",
+                "One Triton launch per row phase (r1, r2) writes whole output rows, contiguously: each element",
+                f"read once from the phase result of its innermost phase, plus the conv bias; it {fused}.",
             ),
             constants=tuple(phase_constants(kernel_name, config)),
             helpers=tuple(helper_sources(set(helpers))),
             kernels=(kernel,),
-            extra=(PHASES_SOURCE, *((BROADCAST_LAYOUT_SOURCE,) if plan.flat_broadcast() else ())),
+            extra=(
+                PHASES_SOURCE,
+                ROW_PHASES_SOURCE,
+                *((BROADCAST_LAYOUT_SOURCE,) if plan.flat_broadcast() else ()),
+            ),
             launchers=(launcher, *((_call_source(op, launcher_name),) if kept else ())),
             class_doc=(
                 f"The reference forward, its {op} computed by per-phase forward convolutions."
                 if kept
-                else f"{op} as per-phase forward convolutions, then one Triton epilogue per phase."
+                else f"{op} as per-phase forward convolutions, then one Triton epilogue per row phase."
             ),
             forward_body=plan.kept_forward
             if plan.kept_forward is not None
@@ -177,6 +184,7 @@ def _fused_plan(view: TaskView, conv: OpNode) -> RewritePlan:
 def _generated_names(conv: OpNode) -> frozenset[str]:
     """Module-level names of the generated file (the kept forward may not rebind them)."""
     names = {CALL_FUNCTION, PHASES_FUNCTION, "phase_plan", "broadcast_layout"}
+    names |= {"PHASE_SLOTS", "row_phase_tensors", "interleave_phases"}
     names |= {f"{conv.op}_phase_kernel", f"{conv.op}_write_phases"}
     names |= {f"BLOCK_{conv.op.upper()}_PHASE", f"NUM_WARPS_{conv.op.upper()}_PHASE"}
     return frozenset(names)
