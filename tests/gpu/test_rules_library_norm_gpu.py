@@ -6,14 +6,23 @@ Each case: generate with the default config, build Model and ModelNew with the s
 weights), TF32 off, run both on the task's own inputs and on a signed copy with a mean offset (x * 6 - 3 + 10):
 allclose(1e-4, 1e-4), exact for argmin indices. Then `RULES_GPU task recipe eager_ms kernel_ms speedup`
 (triton.testing.do_bench medians; information, not assertions). The ladder test checks every tuning config.
+
+    pytest -m gpu tests/gpu/test_rules_library_norm_gpu.py -s -k "short_row or 34_ or 62_ or 88_ or 94_"
+
+times the short-row norm kernel (recipes/reduce_rows.py) on its own: `RULES_GPU_TAIL` lines give the fused
+kernel's milliseconds on the library op's output against the eager ops after the library op.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from htam_graph.rules.recipes.tuning import REDUCE_LADDER
 from tests.gpu.rules_gpu_support import (
@@ -21,6 +30,7 @@ from tests.gpu.rules_gpu_support import (
     GPU_MARKS,
     CheckOptions,
     build_models,
+    check_case,
     draw_inputs,
     generate,
     make_task,
@@ -29,6 +39,7 @@ from tests.gpu.rules_gpu_support import (
     run_case,
     signed,
     signed_offset,
+    time_call,
     transformed,
 )
 
@@ -111,3 +122,65 @@ def test_spatial_softmax_with_a_random_scale_is_close_relative_to_its_values(tmp
         assert got.shape == expected.shape
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-12), f"max relative error {rel}"
         del expected, got
+
+
+# The eager ops after the library op of each short-row task (what the fused kernel replaces), and the library
+# module's name. Written out per task: the reference forward minus its first call.
+_TAILS: dict[str, tuple[str, Callable[[Any, torch.Tensor], torch.Tensor]]] = {
+    "level2/34_ConvTranspose3d_LayerNorm_GELU_Scaling.py": (
+        "conv_transpose",
+        lambda m, y: F.gelu(m.layer_norm(y)) * m.scaling_factor,
+    ),
+    "level2/62_Matmul_GroupNorm_LeakyReLU_Sum.py": (
+        "fc",
+        lambda m, y: (lambda t: t + t)(m.leaky_relu(m.gn(y))),
+    ),
+    "level2/88_Gemm_GroupNorm_Swish_Multiply_Swish.py": (
+        "gemm",
+        lambda m, y: (lambda t: t * torch.sigmoid(t))(
+            (lambda u: u * torch.sigmoid(u))(m.group_norm(y)) * m.multiply_weight
+        ),
+    ),
+    "level2/94_Gemm_BiasAdd_Hardtanh_Mish_GroupNorm.py": (
+        "gemm",
+        lambda m, y: m.groupnorm(m.mish(m.hardtanh(y + m.bias))),
+    ),
+}
+
+
+@pytest.mark.parametrize("rel", list(_TAILS), ids=[r.split("/")[1][:-3] for r in _TAILS])
+def test_short_row_norm_kernel_alone_on_cuda(rel: str, tmp_path: Path) -> None:
+    """Correctness as above, then the fused launcher timed alone on the arguments ModelNew passed it (the library
+    op's output, without the Linear bias for GEMM tasks), against the eager tail on the library op's output."""
+    task = make_task(rel)
+    source = generate(task, NORM)
+    assert "_rows_kernel[" in source, "the short-row kernel is not generated"
+    launcher_name = re.search(r"return (fused_\w+)\(", source)
+    assert launcher_name is not None
+    checked = check_case(task, source, tmp_path, CHECKS)
+    model, model_new, inputs = checked.models.model, checked.models.model_new, checked.inputs
+    namespace = type(model_new).forward.__globals__  # the candidate module's globals (it left sys.modules)
+    launcher = namespace[launcher_name.group(1)]
+    captured: list[tuple[Any, ...]] = []
+
+    def recording(*args: Any) -> torch.Tensor:
+        captured.append(args)
+        return launcher(*args)
+
+    namespace[launcher_name.group(1)] = recording
+    try:
+        with torch.no_grad():
+            model_new(*inputs)
+    finally:
+        namespace[launcher_name.group(1)] = launcher
+    assert len(captured) == 1, f"ModelNew called {launcher_name.group(1)} {len(captured)} times"
+    library, tail = _TAILS[rel]
+    with torch.no_grad():
+        y = getattr(model, library)(*inputs)
+        assert torch.allclose(launcher(*captured[0]), tail(model, y), rtol=1e-4, atol=1e-4)
+    kernel_ms = time_call(lambda: launcher(*captured[0]))
+    eager_ms = time_call(lambda: tail(model, y))
+    print(
+        f"\nRULES_GPU_TAIL {rel} elements={y.numel()} fused_kernel_ms={kernel_ms:.4f} eager_tail_ms={eager_ms:.4f}"
+        f" speedup={eager_ms / kernel_ms:.2f}x read_write_GBps={2 * y.numel() * 4 / kernel_ms / 1e6:.0f}"
+    )

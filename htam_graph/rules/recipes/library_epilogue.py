@@ -123,6 +123,32 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
     # named by its expression relative to the model, so recipes that pass a parameter as `self.<name>` pass this
     view_name = f"{bias_info.name}.view(-1{', 1' * spatial})"
     view_info = TensorInfo(view_name, bias_info.kind, (bias_info.shape[0],) + (1,) * spatial, bias_info.dtype)
+    nobias, add = _bias_after(library, view_name, "added in the epilogue")
+    folded = dataclasses.replace(
+        graph, attrs=(*graph.attrs, view_info), nodes=(nobias, add, *graph.nodes[1:])
+    )
+    return folded, nobias, f"self.{view_name}"
+
+
+def fold_linear_bias(graph: OpGraph, library: OpNode) -> OpGraph | None:
+    """The graph with an nn.Linear module's bias moved out of the library call into an `add` right after it, as
+    `fold_conv_bias` does for convs (the bias (out_features,) already broadcasts over the last dim), or None
+    when `library` is not a Linear module with a bias. A kernel that reads the GEMM output anyway adds the bias
+    for free, and the GEMM becomes a plain mm (what torch.compile runs before its fused kernel)."""
+    path = library.module_path
+    if path is None or library.op != "linear" or len(library.operands) < 3:
+        return None
+    bias = library.operands[2]
+    bias_info = graph.tensor(bias.name) if isinstance(bias, Ref) else None
+    if bias_info is None or bias_info.name != f"{path}.bias" or len(bias_info.shape) != 1:
+        return None
+    nobias, add = _bias_after(library, bias_info.name, "added in the fused kernel")
+    return dataclasses.replace(graph, nodes=(nobias, add, *graph.nodes[1:]))
+
+
+def _bias_after(library: OpNode, bias: str, how: str) -> tuple[OpNode, OpNode]:
+    """The library call without its bias operand, and the `add` of tensor `bias` that takes the call's name
+    (so every later op reads the biased value, as before)."""
     nobias = dataclasses.replace(
         library,
         name=f"{library.name}_nobias",
@@ -132,17 +158,14 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
         library.name,
         OpKind.ELEMENTWISE,
         "add",
-        (Ref(nobias.name), Ref(view_name)),
+        (Ref(nobias.name), Ref(bias)),
         (),
         library.shape,
         library.dtype,
         None,
-        f"{library.origin} bias, added in the epilogue",
+        f"{library.origin} bias, {how}",
     )
-    folded = dataclasses.replace(
-        graph, attrs=(*graph.attrs, view_info), nodes=(nobias, add, *graph.nodes[1:])
-    )
-    return folded, nobias, f"self.{view_name}"
+    return nobias, add
 
 
 def _library_call(graph: OpGraph, node: OpNode, computed: dict[str, str] | None = None) -> str:
@@ -154,6 +177,8 @@ def _library_call(graph: OpGraph, node: OpNode, computed: dict[str, str] | None 
         m = f"self.{node.module_path}"
         if node.op in _CONVS:  # the module's own forward minus the bias (handles every padding_mode)
             return f"{m}._conv_forward({x}, {m}.weight, None)"
+        if node.op == "linear":  # fold_linear_bias
+            return f"torch.nn.functional.linear({x}, {m}.weight)"
         return (
             f"torch.nn.functional.{node.op}({x}, {m}.weight, None, {m}.stride, {m}.padding, "
             f"{m}.output_padding, {m}.groups, {m}.dilation)"
@@ -172,9 +197,10 @@ def call_comment(graph: OpGraph, node: OpNode) -> str:
 
 
 def _bias_folded(graph: OpGraph, node: OpNode) -> bool:
-    """Whether `node` is a conv module call whose bias `fold_conv_bias` moved into the epilogue."""
+    """Whether `node` is a conv / Linear module call whose bias `fold_conv_bias` / `fold_linear_bias` moved
+    into the epilogue."""
     return (
-        node.op in (*_CONVS, *_CONV_TRANSPOSES)
+        node.op in (*_CONVS, *_CONV_TRANSPOSES, "linear")
         and len(node.operands) >= 3
         and node.operands[2] == Const(None)
         and graph.tensor(f"{node.module_path}.bias") is not None

@@ -2,8 +2,12 @@
 normalisations (RMS norm `x / sqrt(mean(x**2) + eps)`, L1 norm `x / mean(|x|)`), fused with the library op's
 output, the elementwise ops before the norm and the elementwise ops after it, in one Triton kernel.
 
-Norm statistics are Welford (mean, M2, count) states merged with Chan's formula, so inputs with a large mean
-do not cancel; long rows with few programs are split across programs (partial states, then merged).
+Short rows (a row fits one BLOCK tile: layer norm over a few dozen channels, group norm after a GEMM) run the
+kernel of reduce_rows.py: several whole rows per program in registers, mean then centred variance, one read
+and one write. Longer rows keep the tiled kernel of reduce_kernel.py, whose statistics are Welford (mean, M2,
+count) states merged with Chan's formula, so inputs with a large mean do not cancel; long rows with few
+programs are split across programs (partial states, then merged). A conv's or an nn.Linear's bias moves out
+of the library call into the kernel (library_epilogue.fold_conv_bias / fold_linear_bias).
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ class SinglePassNorm(ReductionRecipe):
     """Recipe for `reduction_structure.single_pass_norm`."""
 
     key = KEY
-    summary = "Statistics in fp32 (Welford for norm modules); long rows are split across programs and merged."
+    summary = (
+        "Statistics in fp32 (short rows: whole rows in registers, several per program; long rows: Welford,"
+        " split across programs and merged)."
+    )
+    fold_library_bias = True  # conv / GEMM -> norm: the library op without bias; the kernel adds it
 
     def accept(self, plan: ReducePlan) -> None:
         reducer = plan.reducer

@@ -15,10 +15,20 @@ combine function (Chan's formula for Welford): the split reduction of `paralleli
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import identifier, operand_renderer
+from htam_graph.rules.fused_elementwise import identifier
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value, number
+from htam_graph.rules.recipes.reduce_emit import ancestors as _ancestors
+from htam_graph.rules.recipes.reduce_emit import emit_node as _emit
+from htam_graph.rules.recipes.reduce_emit import indent as _indent
+from htam_graph.rules.recipes.reduce_emit import refs as _refs
 from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
-from htam_graph.rules.triton_math import emit_op
+from htam_graph.rules.recipes.reduce_rows import (
+    OPERAND_MODE_SOURCE,
+    SHORT_ROW_CONSTANT,
+    rows_kernel,
+    rows_launch_lines,
+    uses_rows_kernel,
+)
 
 __all__ = ["KernelSource", "reduction_source"]
 
@@ -138,14 +148,20 @@ class KernelSource:
     """The generated pieces: kernel text, helper names, launcher text, plain-Python helpers, constants."""
 
     def __init__(
-        self, kernel: str, helpers: set[str], combine: str, launcher: str, constants: list[str]
+        self,
+        kernel: str,
+        helpers: set[str],
+        combine: str,
+        launcher: str,
+        constants: list[str],
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.kernel = kernel
         self.helpers = helpers
         self.combine = combine
         self.launcher = launcher
         self.constants = constants
-        self.extra = (REDUCTION_LAYOUT_SOURCE, BROADCAST_LAYOUT_SOURCE)
+        self.extra = (REDUCTION_LAYOUT_SOURCE, BROADCAST_LAYOUT_SOURCE, *extra)
 
 
 def reduction_source(plan: ReducePlan, config: KernelConfig) -> tuple[KernelSource, str, str]:
@@ -156,6 +172,9 @@ def reduction_source(plan: ReducePlan, config: KernelConfig) -> tuple[KernelSour
     if stat is None:
         raise NotApplicable(f"no kernel statistic for {plan.reducer.op}")
     kernel, helpers = _kernel(plan, stat, kernel_name)
+    rows = uses_rows_kernel(plan)
+    if rows:  # norms: a second kernel for short rows, several whole rows per program (reduce_rows.py)
+        kernel = rows_kernel(plan, f"{name}_rows_kernel", helpers) + "\n\n" + kernel
     combine = "@triton.jit\n" + _COMBINES[stat]
     constants = [
         f"BLOCK = {config.block}  # elements per [BLOCK_R, BLOCK_I] tile",
@@ -165,8 +184,12 @@ def reduction_source(plan: ReducePlan, config: KernelConfig) -> tuple[KernelSour
         "  # fewer (outer, column-tile) programs than this: split the reduction",
         "MIN_TILES_PER_SPLIT = 4  # each split program folds at least this many tiles",
     ]
+    if rows:
+        constants.append(SHORT_ROW_CONSTANT)
+    launcher = _launcher(plan, stat, kernel_name, launcher_name)
+    extra = (OPERAND_MODE_SOURCE,) if rows else ()
     return (
-        KernelSource(kernel, helpers, combine, _launcher(plan, stat, kernel_name, launcher_name), constants),
+        KernelSource(kernel, helpers, combine, launcher, constants, extra),
         kernel_name,
         launcher_name,
     )
@@ -373,19 +396,6 @@ def _full_value(plan: ReducePlan) -> list[str]:
     raise NotApplicable(f"no per-element value for {reducer.op}")
 
 
-def _ancestors(plan: ReducePlan, roots: set[str]) -> set[str]:
-    """The names `roots` depend on among the prologue nodes (and the roots themselves)."""
-    wanted = set(roots)
-    for node in reversed(plan.pre):
-        if node.name in wanted:
-            wanted |= {v.name for v in (*node.operands, *(p for _, p in node.params)) if isinstance(v, Ref)}
-    return wanted
-
-
-def _refs(nodes: tuple[OpNode, ...] | list[OpNode]) -> set[str]:
-    return {v.name for n in nodes for v in (*n.operands, *(p for _, p in n.params)) if isinstance(v, Ref)}
-
-
 def _loop_vars(plan: ReducePlan, full_leaves: list) -> dict[str, str]:
     vars_ = {lf.ref: lf.arg for lf in full_leaves}
     vars_.update({n.name: f"v_{n.name}" for n in plan.pre})
@@ -419,32 +429,6 @@ def _elementwise_body(
         vars_[node.name] = f"v_{node.name}"
     assert isinstance(value, Ref)
     return lines, vars_.get(value.name, "")
-
-
-def _emit(
-    plan: ReducePlan, node: OpNode, vars_: dict[str, str], helpers: set[str], per_column: bool = False
-) -> str:
-    """The Triton expression of an elementwise node; with `per_column`, per-column values broadcast over rows."""
-    scalar_args = {s.path: s.arg for s in plan.scalars}
-    reduced_names = {n.name for n in plan.post_reduced}
-    reduced_names |= {lf.ref for lf in plan.leaves if lf.space in (OUT, BOUT)}
-
-    def tensor(name: str) -> str:
-        # in loop 2 a per-column value (a reduced result or a leaf read per column) broadcasts over rows
-        if per_column and name in reduced_names:
-            return f"{vars_[name]}[None, :]"
-        return vars_[name]
-
-    render = operand_renderer(tensor, scalar_args)
-
-    emitted = emit_op(node, render)
-    helpers |= emitted.helpers
-    return emitted.expr
-
-
-def _indent(lines: list[str], levels: int) -> list[str]:
-    pad = "    " * levels
-    return [pad + line if line else line for line in (ln for block in lines for ln in block.split("\n"))]
 
 
 # ------------------------------------------------------------------------------------------- launcher
@@ -488,6 +472,7 @@ def _launcher(plan: ReducePlan, stat: str, kernel_name: str, launcher_name: str)
         f"    out = torch.empty(out_shape, device={first}.device, dtype={out_dtype})",
         "    if out.numel() == 0 or n_red == 0:",
         "        return out",
+        *(rows_launch_lines(plan, f"{stem(plan)}_rows_kernel") if uses_rows_kernel(plan) else []),
         "    block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)",
         "    block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))",
         "    n_itiles = triton.cdiv(n_inner, block_i)",

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
-from htam_graph.rules.recipes.library_epilogue import _library_call
+from htam_graph.rules.ops import OpGraph, OpKind, OpNode
+from htam_graph.rules.recipes.library_epilogue import (
+    _library_call,
+    call_comment,
+    fold_conv_bias,
+    fold_linear_bias,
+)
 from htam_graph.rules.recipes.reduce_kernel import launcher_call, reduction_source
 from htam_graph.rules.recipes.reduce_plan import ReducePlan, plan_reduction
 from htam_graph.rules.triton_math import helper_sources
@@ -18,12 +24,16 @@ class ReductionRecipe:
     key = ""
     summary = ""
     default_config = KernelConfig(block=2048, num_warps=8, max_single_block=16384)
+    fold_library_bias = False  # True: a conv / Linear module's bias is added in the kernel (see _fold_bias)
 
     def accept(self, plan: ReducePlan) -> None:
         raise NotImplementedError
 
     def plan(self, view: TaskView) -> ReducePlan:
-        plan = plan_reduction(view.graph)
+        graph = view.graph
+        if self.fold_library_bias and graph.nodes and graph.nodes[0].kind is OpKind.LIBRARY:
+            graph = _fold_bias(graph, graph.nodes[0])
+        plan = plan_reduction(graph)
         self.accept(plan)
         return plan
 
@@ -76,6 +86,16 @@ def _library_lines(view: TaskView, plan: ReducePlan) -> list[str]:
     computed: dict[str, str] = {}
     for node in (*plan.prefix, plan.library):
         call = _library_call(view.graph, node, computed)
-        lines.append(f"{plan.library_var} = {call}  # library op, unchanged")
+        lines.append(f"{plan.library_var} = {call}  # {call_comment(view.graph, node)}")
         computed = {node.name: plan.library_var}
     return lines
+
+
+def _fold_bias(graph: OpGraph, library: OpNode) -> OpGraph:
+    """The graph with the library module's bias moved into the fused kernel: cuDNN adds a conv bias in a
+    separate pass over the whole output and cuBLAS's addmm needs its epilogue variant, while the kernel reads
+    the library output anyway (library_epilogue.fold_conv_bias / fold_linear_bias). Unchanged otherwise."""
+    conv = fold_conv_bias(graph, library)
+    if conv is not None:
+        return conv[0]
+    return fold_linear_bias(graph, library) or graph
