@@ -190,6 +190,29 @@ class _Phases:
             self.rec.info("phase_s", ", ".join(f"{k} {v:.3f}" for k, v in self.times.items()))
 
 
+class _Waits:
+    """Forwards gpulock's "queued" / "admitted" events and records the time spent waiting for the GPU as the
+    `queued_s` info entry (total and number of waits). A phase's wall time in `phase_s` includes its waits: on a
+    shared bench GPU, `timing` minus the exclusive-lock wait is the timed loop itself."""
+
+    def __init__(self, forward: Callable[[str], None], rec: Recorder) -> None:
+        self.forward = forward
+        self.rec = rec
+        self.since: float | None = None
+        self.total = 0.0
+        self.count = 0
+
+    def __call__(self, event: str) -> None:
+        if event == "queued":
+            self.since = time.perf_counter()
+        elif event == "admitted" and self.since is not None:
+            self.total += time.perf_counter() - self.since
+            self.count += 1
+            self.since = None
+            self.rec.info("queued_s", f"{self.total:.3f} in {self.count} waits")
+        self.forward(event)
+
+
 def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch.device, tmp: Path) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessFailure("device=cuda requested but CUDA is not available in the worker")
@@ -205,7 +228,8 @@ def _pipeline(req: EvalRequest, rec: Recorder, state: WorkerState, device: torch
     # not candidate time: gpulock tells state.progress "queued" / "admitted" around each wait, and the evaluator
     # stops the request's clock in between.
     need = sharing.memory_need_bytes(task) if device.type == "cuda" else 0
-    with gpulock.wait_listener(state.progress), gpulock.memory_budget(device.index or 0, need):
+    waits = _Waits(state.progress, rec)
+    with gpulock.wait_listener(waits), gpulock.memory_budget(device.index or 0, need):
         _admitted(req, rec, state, device, tmp, phase, variants, task, need)
 
 
