@@ -367,10 +367,14 @@ class OptimizationLoop:
             status = "correct"
         else:
             status = "failed"
-        adopt_untimed = correct and not timed and result.best_is_reference
+        # On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a real
+        # kernel; its speed-up stays unclaimed (1.0) until it is timed on a GPU. Not on a degenerate task timed on
+        # a GPU: its correctness check cannot tell a real kernel from a copy of the input, and its speed was
+        # measured (H200 bench: LeakyReLU and HardTanh of non-negative inputs returned 0.93x kernels reported as
+        # 1.0x), so the reference stays.
+        on_cpu = evaluation is not None and evaluation.timing_on_cpu
+        adopt_untimed = correct and on_cpu and result.best_is_reference
         if (status == "improved" or adopt_untimed) and reply.source is not None:
-            # On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a
-            # real kernel; its speed-up stays unclaimed (1.0) until it is timed on a GPU.
             result.best_source, result.best_is_reference = reply.source, False
             result.best_step, result.best_result = step, evaluation
             if status == "improved":

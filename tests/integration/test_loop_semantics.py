@@ -103,6 +103,35 @@ def test_best_is_the_fastest_correct_kernel_never_an_incorrect_one(seeded) -> No
     assert result.steps[3].gain == 0.0  # a failed hardened check never earns gain
 
 
+class DegenerateEvaluator(VerdictEvaluator):
+    """Every candidate correct on a degenerate task (outputs equal to an input), timed on a GPU or the CPU."""
+
+    def __init__(self, on_cpu: bool) -> None:
+        super().__init__()
+        self.on_cpu = on_cpu
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        result = super().evaluate(request)
+        return result.model_copy(update={"task_degenerate": True, "timing_on_cpu": self.on_cpu})
+
+
+@pytest.mark.parametrize("on_cpu", [False, True], ids=["gpu", "cpu"])
+def test_a_degenerate_task_on_a_gpu_returns_the_reference(seeded, on_cpu: bool) -> None:  # type: ignore[no-untyped-def]
+    """A correct kernel on a degenerate task earns nothing. On a GPU it was timed (here 0.93x eager) and its
+    check cannot tell it from a copy of the input: the reference is returned. On the CPU the first correct
+    kernel is kept, unclaimed at 1.0x, so that `best.py` is a real kernel."""
+    gen = ScriptedGenerator([_kernel("correct 0.93"), _kernel("correct 1.4")])
+    result = _loop(seeded, gen, DegenerateEvaluator(on_cpu), steps=2).run(_task())
+    assert [s.status for s in result.steps] == ["correct", "correct"] and all(
+        s.gain == 0.0 for s in result.steps
+    )
+    assert result.best_speedup_x == 1.0
+    if on_cpu:
+        assert not result.best_is_reference and result.best_step == 1 and "correct 0.93" in result.best_source
+    else:
+        assert result.best_is_reference and result.best_step is None
+
+
 def test_every_step_is_written_to_the_graph(seeded) -> None:  # type: ignore[no-untyped-def]
     gen = ScriptedGenerator([_kernel("compile_error"), _kernel("correct 2.0"), _kernel("correct 2.5")])
     result = _loop(seeded, gen, VerdictEvaluator(), steps=3).run(_task())
