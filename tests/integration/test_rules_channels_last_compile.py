@@ -10,9 +10,9 @@ Compilation runs in a child process without TRITON_INTERPRET (triton.compile can
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +24,7 @@ from htam_graph.model import Task
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "library_offload.channels_last_conv"
 CASES = [
@@ -43,16 +44,7 @@ def compile_variants(generated: str, directory: str) -> list[dict[str, Any]]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    path = Path(directory) / "rules_cl_compile_candidate.py"
-    path.write_text(generated, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(path.stem, None)
+    module = import_candidate(generated, Path(directory))
     kernels = [
         n for n in ast.parse(generated).body if isinstance(n, ast.FunctionDef) and n.name.endswith("_kernel")
     ]

@@ -7,8 +7,8 @@ Triton front end (static `if` on constexprs, int64 offsets, reductions, helpers)
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +21,7 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 CASES = [
     ("level1/88_MinGPTNewGelu.py", "fusion.elementwise_chain", KernelConfig()),
@@ -106,16 +107,7 @@ def test_generated_kernels_compile_for_sm90(
     source = (KB / rel).read_text(encoding="utf-8")
     task = Task(key=rel, suite="kernelbench", level=None, name=rel, source=source, source_sha256="0" * 64)
     generated = default_recipes()[key].emit(task_view(task), config)
-    path = tmp_path / "rules_compile_candidate.py"
-    path.write_text(generated, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(path.stem, None)
+    module = import_candidate(generated, tmp_path)
     kernels = [
         node
         for node in ast.parse(generated).body

@@ -11,9 +11,7 @@ TRITON_INTERPRET=1 set before triton is imported .
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "fusion.conv_reduction_epilogue"
 # (task, small sizes): channels stay > 16 somewhere so that padded channel lanes are exercised
@@ -124,22 +123,6 @@ def make_task(rel: str) -> Task:
         source=source,
         source_sha256="0" * 64,
     )
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_conv_reduce_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def assert_clean_static(source: str) -> None:

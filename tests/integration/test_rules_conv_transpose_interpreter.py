@@ -10,9 +10,7 @@ fresh process with TRITON_INTERPRET=1 set before triton is imported.
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "algebraic_rewrite.conv_transpose_as_conv"
 
@@ -134,22 +133,6 @@ pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout
 
 def make_task(source: str, key: str) -> Task:
     return Task(key=key, suite="kernelbench", level=None, name=key, source=source, source_sha256="0" * 64)
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_ct_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def check_against_reference(

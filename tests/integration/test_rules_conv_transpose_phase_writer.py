@@ -12,9 +12,7 @@ with TRITON_INTERPRET=1 set before triton is imported.
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.conv_transpose_codegen import PHASE_SLOTS
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KEY = "algebraic_rewrite.conv_transpose_as_conv"
 
 COPY_TEMPLATE = """import torch
@@ -106,22 +105,6 @@ def emit(source: str, config: KernelConfig | None = None) -> str:
     report = static_analyse(generated, PrecisionPolicy.FP32_STRICT, require_kernel=True)
     assert report.syntax_error is None and report.has_triton_kernel and report.violations == []
     return generated
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_ct_writer_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def isolated(function: str, **kwargs: Any) -> Any:

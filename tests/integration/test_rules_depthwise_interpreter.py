@@ -12,9 +12,7 @@ parameters at every call, never a cached copy). Each check runs in a fresh proce
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "data_reuse.depthwise_conv_direct"
 
@@ -111,22 +110,6 @@ pytestmark = pytest.mark.skipif(
 
 def make_task(source: str, key: str) -> Task:
     return Task(key=key, suite="kernelbench", level=None, name=key, source=source, source_sha256="0" * 64)
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_dw_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def _compare(model: Any, model_new: Any, inputs: list[torch.Tensor]) -> float:

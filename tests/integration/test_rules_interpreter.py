@@ -13,9 +13,7 @@ interpreter they only work in a process where TRITON_INTERPRET=1 was set before 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 
 # The coverage of the dev split (recipes_for over level1 + level2); test_coverage_is_what_recipes_for_says
@@ -118,22 +117,6 @@ def small_overrides(source: str) -> dict[str, Any]:
         elif value > 9:
             out[name] = 5 + len(name) % 5
     return out
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def check_against_reference(

@@ -11,9 +11,7 @@ group_norm in float64 on the same fp32 data; allclose(rtol=1e-4, atol=1e-4).
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.reduce_rows import uses_rows_kernel
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 NORM = "reduction_structure.single_pass_norm"
 
 LAYER_NORM = """
@@ -179,22 +178,6 @@ def check_rows_kernel(task_source: str, candidate: str, kind: str, directory: Pa
     err = (got - expected).abs().max().item()
     assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4), f"max abs error {err}"
     return {"launches": launches, "err": err}
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_rows_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def _run(source: str, kind: str, block: int, tmp_path: Path) -> dict[str, Any]:

@@ -11,9 +11,8 @@ a per-channel parameter after the pool, and a file reused at other sizes and win
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import sys
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ from htam_graph.model import (
 from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
+
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 KEY = "data_reuse.pooling_window_reuse"
@@ -92,22 +93,6 @@ def small_overrides(source: str) -> dict[str, Any]:
         elif value > 13:
             out[name] = 9 + len(name) % 5
     return out
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_pool_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def check_against_reference(

@@ -12,9 +12,8 @@ module's own constants, which is what the launcher reads). Tolerance: allclose(r
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
+import runpy
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +26,8 @@ from htam_graph.model import Task
 from htam_graph.rules import KernelConfig, RulesGenerator
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
+
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 
 KEY = "data_reuse.pooling_window_reuse"
 
@@ -69,22 +70,6 @@ def emit(source: str, block: int) -> str:
                 source_sha256="0" * 64)  # fmt: skip
     assert RulesGenerator().applies(KEY, task)
     return default_recipes()[KEY].emit(task_view(task), KernelConfig(block=block, num_warps=1))
-
-
-def import_candidate(source: str, directory: Path) -> ModuleType:
-    """Import a generated source from a real file (@triton.jit reads the function's source)."""
-    name = f"rules_pool_layout_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def compare(

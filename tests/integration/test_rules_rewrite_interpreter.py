@@ -7,8 +7,7 @@ parameter vector), with the same seeds and allclose(rtol=1e-4, atol=1e-4) on sig
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
+
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 
 KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
 DIAG = "algebraic_rewrite.diag_matmul_as_broadcast"
@@ -37,21 +38,6 @@ def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make_task(key: str, source: str) -> Task:
     return Task(key=key, suite="kernelbench", level=None, name=key, source=source, source_sha256="0" * 64)
-
-
-def import_candidate(source: str, directory: Path) -> Any:
-    name = f"rules_rewrite_candidate_{abs(hash(source)) % 10**12}"
-    path = directory / f"{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def check_against_reference(
