@@ -92,6 +92,7 @@ def run_dir_name(task_key: str, policy: str, seed: int) -> Path:
 def run_job(job: Job) -> dict[str, Any]:
     """Run the loop for one job in this process; return its results row (status done or error)."""
     from htam_graph.cli.benchbudget import FileLedger
+    from htam_graph.cli.benchresume import load_resume
     from htam_graph.cli.run import RunFiles, make_backend, summary_of
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
     from htam_graph.loop import OptimizationLoop
@@ -107,7 +108,9 @@ def run_job(job: Job) -> dict[str, Any]:
         job.backend, job.budget_usd, job.base_url, precision_policy=job.precision_policy, ledger=ledger
     )
     cfg = job.run_config()
-    files = RunFiles(job.run_dir, job.task.key, multi=False)
+    resumed = load_resume(job.run_dir, job.steps)  # the steps of this run before a cut, if it was cut
+    resume, prior_rows = resumed if resumed else (None, None)
+    files = RunFiles(job.run_dir, job.task.key, multi=False, prior_steps=prior_rows)
     evaluator = SubprocessEvaluator(cache_dir=job.settings.htam_home / "cache")
     with store_session(job.settings) as store:
         loop = OptimizationLoop(
@@ -120,10 +123,12 @@ def run_job(job: Job) -> dict[str, Any]:
             on_step=files.step,
             model_name=model,
         )
-        result = loop.run(job.task)
+        result = loop.run(job.task, resume=resume)
     summary = summary_of(result, cfg, job.backend, model)
     files.finish(result, summary)
     row = result_row(job, result, summary, files.steps, time.perf_counter() - start)
+    # wall_s is this invocation's time only; the steps before a cut were made (and timed) by an earlier one
+    row["resumed_after_steps"] = len(resume.steps) if resume else 0
     if isinstance(result.backend_error, BudgetExceeded):
         # Stopped cleanly by the shared budget: its steps are real results (a run cut short, status done);
         # a run stopped before its first step did nothing (status budget: the driver drops it, a resume redoes it).

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from htam_graph.cli.benchjob import Job, failure_row
+from htam_graph.cli.benchresume import KEPT_FOR_RESUME
 from htam_graph.errors import ConfigError
 from htam_graph.kernels_runtime.gpulock import LOCK_DIR_ENV
 
@@ -142,9 +143,9 @@ class Supervised:
         self.started = 0.0
 
     def start(self) -> None:
-        """Start the worker on a fresh run folder (files of an interrupted earlier attempt are removed)."""
-        shutil.rmtree(self.job.run_dir, ignore_errors=True)
-        self.job.run_dir.mkdir(parents=True)
+        """Start the worker on the job's run folder. Of an interrupted earlier attempt only its trajectory and
+        candidates are kept, from which the worker resumes the run (benchresume.py); the rest is removed."""
+        _clear_run_dir(self.job.run_dir)
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         with open(self.job.run_dir / _LOG_FILE, "wb") as log:
             self.proc = subprocess.Popen(
@@ -191,6 +192,17 @@ class Supervised:
             return failed
         row_path.unlink(missing_ok=True)
         return row
+
+
+def _clear_run_dir(run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for path in run_dir.iterdir():
+        if path.name in KEPT_FOR_RESUME:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _tail(path: Path, lines: int = 3) -> str:

@@ -77,10 +77,12 @@ def make_backend(
 class RunFiles:
     """The `--out` folder: every candidate as it is made, the trajectory after every step, the best at the end."""
 
-    def __init__(self, root: Path, task_key: str, multi: bool) -> None:
+    def __init__(
+        self, root: Path, task_key: str, multi: bool, prior_steps: list[dict[str, Any]] | None = None
+    ) -> None:
         self.dir = root / task_key.replace("/", "__") if multi else root
         (self.dir / "candidates").mkdir(parents=True, exist_ok=True)
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = list(prior_steps or [])  # a resumed run's steps before its cut
 
     def step(self, s: StepOutcome) -> None:
         if s.source is not None:

@@ -37,7 +37,7 @@ from htam_graph.model import (
     Task,
 )
 from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore
-from htam_graph.runtypes import POLICIES, PolicyName, RunConfig, RunResult, StepOutcome
+from htam_graph.runtypes import POLICIES, PolicyName, Resume, RunConfig, RunResult, StepOutcome
 from htam_graph.settings import PolicySettings
 from htam_graph.state import memory_context, reference_as_candidate, state_summary
 
@@ -46,6 +46,7 @@ __all__ = [
     "ExecutableLocals",
     "OptimizationLoop",
     "PolicyName",
+    "Resume",
     "RunConfig",
     "RunResult",
     "StepOutcome",
@@ -97,11 +98,20 @@ class OptimizationLoop:
         self.model_name = model_name
 
     # ------------------------------------------------------------------------------------------- the run
-    def run(self, task: Task) -> RunResult:
-        """Optimise one task for `config.steps` steps; return the best correct candidate."""
+    def run(self, task: Task, resume: Resume | None = None) -> RunResult:
+        """Optimise one task for `config.steps` steps; return the best correct candidate.
+
+        With `resume`, continue a run that was cut after its first steps: its state (direction history, best
+        so far, candidates already evaluated) is rebuilt from those steps and the run goes on at the next one,
+        under the same run key. Its policy draws then come from a fresh stream (seeded by the step count), so a
+        resumed run is a valid run of the policy but not the one an uncut run would have drawn.
+        """
         cfg = self.config
-        rng = random.Random(f"{cfg.seed}:{task.key}:{cfg.policy}")
-        run_key = f"run-{uuid.uuid4().hex[:12]}"
+        done = len(resume.steps) if resume else 0
+        rng = random.Random(
+            f"{cfg.seed}:{task.key}:{cfg.policy}" + (f":resumed-after-{done}" if done else "")
+        )
+        run_key = resume.run_key if resume else f"run-{uuid.uuid4().hex[:12]}"
         reference = reference_as_candidate(task.source)
         result = RunResult(run_key, task.key, reference, True, None, 1.0, None)
         executable = set(self.executable_locals(task)) if self.executable_locals else None
@@ -128,7 +138,14 @@ class OptimizationLoop:
         gpu_arch = ""
         prev_attempt: str | None = None
         evaluated: set[str] = set()  # sha256 of every candidate evaluated in this run
-        for step in range(1, cfg.steps + 1):
+        for outcome in resume.steps if resume else ():  # the steps made before the cut, as they were
+            gpu_arch = _replay(result, outcome) or gpu_arch
+            if outcome.source is not None:
+                evaluated.add(_digest(outcome.source))
+            history.append(outcome.global_key)
+            prev_attempt = outcome.attempt_key
+            result.steps.append(outcome)
+        for step in range(done + 1, cfg.steps + 1):
             try:
                 picked = self._choose_new_candidate(
                     task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng
@@ -347,11 +364,7 @@ class OptimizationLoop:
                     measure_baselines=result.ref_compile_us is None,
                 )
             )
-            result.first_result = result.first_result or evaluation
-            if result.ref_compile_us is None and evaluation.ref_compile_us:
-                result.ref_compile_us = evaluation.ref_compile_us
-            if result.ref_eager_us is None and evaluation.ref_eager_us:
-                result.ref_eager_us = evaluation.ref_eager_us
+            _note_references(result, evaluation)
             error_kind, excerpt = evaluation.error_kind, evaluation.error_excerpt
             correct, compiled = evaluation.correct, evaluation.compiled
             speedup = evaluation.speedup_eager_x
@@ -367,18 +380,7 @@ class OptimizationLoop:
             status = "correct"
         else:
             status = "failed"
-        # On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a real
-        # kernel; its speed-up stays unclaimed (1.0) until it is timed on a GPU. Not on a degenerate task timed on
-        # a GPU: its correctness check cannot tell a real kernel from a copy of the input, and its speed was
-        # measured (H200 bench: LeakyReLU and HardTanh of non-negative inputs returned 0.93x kernels reported as
-        # 1.0x), so the reference stays.
-        on_cpu = evaluation is not None and evaluation.timing_on_cpu
-        adopt_untimed = correct and on_cpu and result.best_is_reference
-        if (status == "improved" or adopt_untimed) and reply.source is not None:
-            result.best_source, result.best_is_reference = reply.source, False
-            result.best_step, result.best_result = step, evaluation
-            if status == "improved":
-                result.best_speedup_x = speedup or before
+        _adopt(result, step, status, reply.source, evaluation, speedup)
         source_hash = hashlib.sha256(reply.source.encode()).hexdigest() if reply.source else None
         record = AttemptRecord(
             key=attempt_key,
@@ -422,6 +424,48 @@ class OptimizationLoop:
             usage=reply.usage,
             attempt_key=attempt_key,
         )
+
+
+def _note_references(result: RunResult, evaluation: EvalResult) -> None:
+    """Keep where the run was first measured and the first reference timings it got."""
+    result.first_result = result.first_result or evaluation
+    if result.ref_compile_us is None and evaluation.ref_compile_us:
+        result.ref_compile_us = evaluation.ref_compile_us
+    if result.ref_eager_us is None and evaluation.ref_eager_us:
+        result.ref_eager_us = evaluation.ref_eager_us
+
+
+def _adopt(
+    result: RunResult,
+    step: int,
+    status: str,
+    source: str | None,
+    evaluation: EvalResult | None,
+    speedup: float | None,
+) -> None:
+    """Make step `step`'s candidate the run's best when it improved on it.
+
+    On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a real kernel;
+    its speed-up stays unclaimed (1.0) until it is timed on a GPU. Not on a degenerate task timed on a GPU: its
+    correctness check cannot tell a real kernel from a copy of the input, and its speed was measured (H200
+    bench: LeakyReLU and HardTanh of non-negative inputs returned 0.93x kernels reported as 1.0x), so the
+    reference stays.
+    """
+    on_cpu = evaluation is not None and evaluation.timing_on_cpu
+    adopt_untimed = status != "failed" and on_cpu and result.best_is_reference
+    if (status == "improved" or adopt_untimed) and source is not None:
+        result.best_source, result.best_is_reference = source, False
+        result.best_step, result.best_result = step, evaluation
+        if status == "improved":
+            result.best_speedup_x = speedup or result.best_speedup_x
+
+
+def _replay(result: RunResult, outcome: StepOutcome) -> str:
+    """Apply a step made before a cut to `result` as `_evaluate_and_record` did; return its GPU arch."""
+    if outcome.result is not None:
+        _note_references(result, outcome.result)
+    _adopt(result, outcome.step, outcome.status, outcome.source, outcome.result, outcome.speedup_x)
+    return outcome.result.gpu_arch if outcome.result is not None else ""
 
 
 def _confirmation_attempt(

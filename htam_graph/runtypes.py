@@ -22,7 +22,7 @@ from htam_graph.model import (
     Usage,
 )
 
-__all__ = ["POLICIES", "PolicyName", "RunConfig", "RunResult", "StepOutcome"]
+__all__ = ["POLICIES", "PolicyName", "Resume", "RunConfig", "RunResult", "StepOutcome"]
 
 PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
 POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
@@ -90,6 +90,15 @@ class StepOutcome:
     result: EvalResult | None
     usage: Usage
     attempt_key: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A run cut after `len(steps)` steps (a bench device call ended mid-run): its key and the steps it made,
+    read back from its trajectory. The memory already holds those steps' attempts."""
+
+    run_key: str
+    steps: tuple[StepOutcome, ...]
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,3 +227,32 @@ def test_unknown_selector_is_one_line_and_exit_1(bench_settings: Settings, tmp_p
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: no task matches 'kernelbench/level9/*'")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_run_cut_mid_way_resumes_at_its_next_step(bench_settings: Settings, tmp_path: Path) -> None:
+    """A bench cut while a run was at step 2 (its trajectory holds step 1, no results row): the resumed bench
+    continues that run at step 2 under the same run key instead of starting it again."""
+    task = SUITE / "level1" / "20_LeakyReLU.py"
+    whole = tmp_path / "whole"
+    args = [*bench_args(bench_settings, task, whole), "--steps", "2", "--json"]
+    assert invoke(bench_settings, args).exit_code == 0
+    [row] = rows_of(whole)
+    assert len(row["trajectory"]) == 2 and row["resumed_after_steps"] == 0
+    # the folder as a cut during step 2 leaves it: no row, step 1 in the trajectory and candidates
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    (cut / "results.jsonl").write_text("", encoding="utf-8")
+    run = cut / "runs" / row["task"].replace("/", "__") / "htam" / "seed_0"
+    first_step = json.loads((run / "trajectory.json").read_text(encoding="utf-8"))[:1]
+    (run / "trajectory.json").write_text(json.dumps(first_step), encoding="utf-8")
+    for name in ("candidates/step_2.py", "best.py", "summary.json"):
+        (run / name).unlink(missing_ok=True)
+    result = invoke(bench_settings, [a if a != str(whole) else str(cut) for a in args])
+    assert result.exit_code == 0, result.output
+    [resumed] = rows_of(cut)
+    assert resumed["resumed_after_steps"] == 1 and resumed["run_key"] == row["run_key"]
+    steps = json.loads((run / "trajectory.json").read_text(encoding="utf-8"))
+    assert steps[0] == first_step[0] and [s["step"] for s in steps] == [1, 2]
+    assert steps[1]["attempt_key"] == f"{row['run_key']}-s2"
+    assert resumed["trajectory"][0] == row["trajectory"][0]
+    assert (run / "best.py").read_text(encoding="utf-8") and (run / "summary.json").exists()

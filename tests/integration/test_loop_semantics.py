@@ -132,6 +132,45 @@ def test_a_degenerate_task_on_a_gpu_returns_the_reference(seeded, on_cpu: bool) 
         assert result.best_is_reference and result.best_step is None
 
 
+def test_a_cut_run_resumes_at_its_next_step_under_the_same_run(seeded) -> None:  # type: ignore[no-untyped-def]
+    """A run cut after 2 of 4 steps (a bench device call ended) continues at step 3: the steps before the cut
+    are kept as they were, the best so far counts, the memory gets one run with a chain of 4 attempts."""
+    from htam_graph.loop import Resume
+
+    first = _loop(seeded, ScriptedGenerator([_kernel("correct 1.5"), _kernel("compile_error")]),
+                  VerdictEvaluator(), steps=2).run(_task())  # fmt: skip
+    assert first.best_speedup_x == pytest.approx(1.5)
+    evaluator = VerdictEvaluator()
+    later = ScriptedGenerator([_kernel("correct 1.2"), _kernel("correct 2.0")])
+    result = _loop(seeded, later, evaluator, steps=4).run(
+        _task(), resume=Resume(first.run_key, tuple(first.steps))
+    )
+    assert result.run_key == first.run_key and len(evaluator.requests) == 2  # steps 1-2 were not re-run
+    assert result.steps[:2] == first.steps
+    assert [s.step for s in result.steps] == [1, 2, 3, 4]
+    assert [s.status for s in result.steps] == ["improved", "failed", "correct", "improved"]
+    # step 3 (1.2x) is judged against the best before the cut (1.5x): slower, a negative gain
+    assert result.steps[2].gain == pytest.approx(math.log(1.2 / 1.5))
+    assert result.best_step == 4 and result.best_speedup_x == pytest.approx(2.0)
+    summary = memory.memory_summary(seeded)
+    assert summary.labels.get("Run") == 1 and summary.labels.get("Attempt") == 4
+    assert summary.relationships.get("FOLLOWS") == 3  # step 3 follows step 2 across the cut
+
+
+def test_a_run_cut_after_its_best_returns_that_best(seeded) -> None:  # type: ignore[no-untyped-def]
+    from htam_graph.loop import Resume
+
+    first = _loop(seeded, ScriptedGenerator([_kernel("correct 1.7")]), VerdictEvaluator(), steps=1).run(
+        _task()
+    )
+    later = ScriptedGenerator([_kernel("mismatch 3.0")])
+    result = _loop(seeded, later, VerdictEvaluator(), steps=2).run(
+        _task(), resume=Resume(first.run_key, tuple(first.steps))
+    )
+    assert result.best_step == 1 and "correct 1.7" in result.best_source and not result.best_is_reference
+    assert result.best_speedup_x == pytest.approx(1.7)
+
+
 def test_every_step_is_written_to_the_graph(seeded) -> None:  # type: ignore[no-untyped-def]
     gen = ScriptedGenerator([_kernel("compile_error"), _kernel("correct 2.0"), _kernel("correct 2.5")])
     result = _loop(seeded, gen, VerdictEvaluator(), steps=3).run(_task())

@@ -1,0 +1,82 @@
+"""Resuming a bench run that a device-call cut (or Ctrl-C) ended mid-run, from the files it left.
+
+A run writes `trajectory.json` and `candidates/step_<k>.py` after every step (`RunFiles`), and every step's
+attempt is already in the shared memory. A bench resumed later used to start such a run from step 1, losing the
+steps of every run in flight at the cut: on the H200 bench of 2026-11-30 (one GPU, 8 workers, 545 s calls) that
+was most of the work of the 330-350 s elementwise tasks, and a call finished 6 tasks. `load_resume` reads the
+steps back so that the loop continues at the next one, under the same run key (`OptimizationLoop.run(resume=)`).
+
+Nothing is resumed from files that do not read back exactly: a missing or malformed trajectory, a step out of
+order, an attempt key of another run, or a candidate that was evaluated but whose source file is missing all
+mean a fresh start. Only the local executor keeps the files between bench invocations (a Ray task runs in a
+node-local folder), so Ray runs always start fresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from htam_graph.model import ErrorKind, EvalResult, Usage
+from htam_graph.runtypes import Resume, StepOutcome
+
+__all__ = ["KEPT_FOR_RESUME", "load_resume"]
+
+log = logging.getLogger(__name__)
+
+KEPT_FOR_RESUME = ("trajectory.json", "candidates")  # what a restarted job keeps of its run folder
+
+
+def load_resume(run_dir: Path, steps: int) -> tuple[Resume, list[dict[str, Any]]] | None:
+    """The first `steps` steps a cut run left in `run_dir` and their trajectory rows, or None (start fresh)."""
+    path = run_dir / "trajectory.json"
+    if not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(rows, list) or not rows:
+            return None
+        rows = rows[:steps]
+        outcomes = tuple(_outcome(run_dir, k, row) for k, row in enumerate(rows, start=1))
+    except (OSError, ValueError, KeyError, TypeError, ValidationError) as e:
+        log.warning("not resuming %s: %s", run_dir, e)
+        return None
+    run_key = outcomes[0].attempt_key.rsplit("-s", 1)[0]
+    if any(o.attempt_key != f"{run_key}-s{o.step}" for o in outcomes):
+        log.warning("not resuming %s: its steps belong to different runs", run_dir)
+        return None
+    return Resume(run_key, outcomes), rows
+
+
+def _outcome(run_dir: Path, k: int, row: dict[str, Any]) -> StepOutcome:
+    """Step k of the trajectory as the loop returned it (raises ValueError when it does not read back)."""
+    if row.get("step") != k:
+        raise ValueError(f"step {k} of the trajectory is numbered {row.get('step')}")
+    source_path = run_dir / "candidates" / f"step_{k}.py"
+    source = source_path.read_text(encoding="utf-8") if source_path.is_file() else None
+    evaluation = EvalResult.model_validate(row["eval"]) if row.get("eval") else None
+    if evaluation is not None and source is None:
+        raise ValueError(f"step {k} was evaluated but its candidate file is missing")
+    status = row["status"]
+    if status not in ("improved", "correct", "failed"):
+        raise ValueError(f"step {k} has status {status!r}")
+    return StepOutcome(
+        step=k,
+        global_key=str(row["global"]),
+        local_key=row.get("local"),
+        direction_probability=float(row.get("probability") or 0.0),
+        status=status,
+        error_kind=ErrorKind(row["error_kind"]) if row.get("error_kind") else None,
+        error_excerpt=str(row.get("error_excerpt") or ""),
+        speedup_x=float(row["speedup_x"]) if row.get("speedup_x") is not None else None,
+        best_speedup_x=float(row["best_speedup_x"]),
+        gain=float(row["gain"]),
+        source=source,
+        result=evaluation,
+        usage=Usage.model_validate(row.get("usage") or {}),
+        attempt_key=str(row["attempt_key"]),
+    )
