@@ -76,11 +76,9 @@ def sample_direction(
     Draws walk the candidates in key order, so the same rng state gives the same choice whatever order the
     caller passes. Raises ValueError when nothing is left to choose from.
     """
-    banned = set(exclude)
-    pool = sorted((s for s in scored if s.key not in banned), key=lambda s: s.key)
+    pool, total = _pool(scored, exclude)
     if not pool:
         raise ValueError("no direction left to choose from (all excluded or none scored)")
-    total = sum(s.probability for s in pool)
     if total <= 0:  # every remaining probability underflowed: choose uniformly among them
         return pool[rng.randrange(len(pool))]
     point = rng.random() * total
@@ -97,15 +95,20 @@ def drawn_probability(scored: Sequence[DirectionScore], key: str, exclude: Itera
     over the non-excluded directions (uniform among them when every probability underflowed), 0.0 when `key` is
     excluded or not scored. `probability` itself is over every direction, which understates a draw restricted to
     the directions a task allows (level1/78: 0.066 reported for a 0.269 choice)."""
-    banned = set(exclude)
-    pool = [s for s in scored if s.key not in banned]
-    chosen = [s for s in pool if s.key == key]
-    if not chosen:
+    pool, total = _pool(scored, exclude)
+    chosen = next((s for s in pool if s.key == key), None)
+    if chosen is None:
         return 0.0
-    total = sum(s.probability for s in pool)
     if total <= 0:
         return 1.0 / len(pool)
-    return chosen[0].probability / total
+    return chosen.probability / total
+
+
+def _pool(scored: Sequence[DirectionScore], exclude: Iterable[str]) -> tuple[list[DirectionScore], float]:
+    """The directions a draw chooses among (not excluded, in key order) and their total probability."""
+    banned = set(exclude)
+    pool = sorted((s for s in scored if s.key not in banned), key=lambda s: s.key)
+    return pool, sum(s.probability for s in pool)
 
 
 def ucb_value(candidate: LocalWithEvidence, total_attempts: int, c: float) -> float:

@@ -3,12 +3,14 @@ expression of one fused elementwise node, dependency walks over the plan's prolo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from htam_graph.rules.fused_elementwise import operand_renderer
 from htam_graph.rules.ops import OpNode, Ref
 from htam_graph.rules.recipes.reduce_plan import BOUT, OUT, ReducePlan
 from htam_graph.rules.triton_math import emit_op
 
-__all__ = ["ancestors", "emit_node", "indent", "refs"]
+__all__ = ["ancestors", "emit_node", "emit_nodes", "indent", "refs"]
 
 
 def ancestors(plan: ReducePlan, roots: set[str]) -> set[str]:
@@ -44,6 +46,18 @@ def emit_node(
     emitted = emit_op(node, render)
     helpers |= emitted.helpers
     return emitted.expr
+
+
+def emit_nodes(
+    plan: ReducePlan, nodes: Iterable[OpNode], vars_: dict[str, str], helpers: set[str]
+) -> list[str]:
+    """Lines evaluating each node into `v_<name>` (with a comment naming it), recorded in `vars_`."""
+    lines: list[str] = []
+    for node in nodes:
+        expr = emit_node(plan, node, vars_, helpers)
+        lines += [f"# {node.op}  ({node.origin})", f"v_{node.name} = {expr}"]
+        vars_[node.name] = f"v_{node.name}"
+    return lines
 
 
 def indent(lines: list[str], levels: int) -> list[str]:

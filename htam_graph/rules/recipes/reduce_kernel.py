@@ -19,6 +19,7 @@ from htam_graph.rules.fused_elementwise import identifier
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, Value, number
 from htam_graph.rules.recipes.reduce_emit import ancestors as _ancestors
 from htam_graph.rules.recipes.reduce_emit import emit_node as _emit
+from htam_graph.rules.recipes.reduce_emit import emit_nodes
 from htam_graph.rules.recipes.reduce_emit import indent as _indent
 from htam_graph.rules.recipes.reduce_emit import refs as _refs
 from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
@@ -423,10 +424,7 @@ def _elementwise_body(
         index = "offs" if leaf.space == FULL else f"(offs // {leaf.arg}_inner) % {leaf.arg}_size"
         lines.append(f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)")
     vars_ = {lf.ref: lf.arg for lf in full_leaves}
-    for node in nodes:
-        expr = _emit(plan, node, vars_, helpers, per_column=False)
-        lines += [f"# {node.op}  ({node.origin})", f"v_{node.name} = {expr}"]
-        vars_[node.name] = f"v_{node.name}"
+    lines += emit_nodes(plan, nodes, vars_, helpers)
     assert isinstance(value, Ref)
     return lines, vars_.get(value.name, "")
 

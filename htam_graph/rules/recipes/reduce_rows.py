@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import OpKind, Ref
-from htam_graph.rules.recipes.reduce_emit import emit_node, indent, refs
+from htam_graph.rules.recipes.reduce_emit import emit_nodes, indent, refs
 from htam_graph.rules.recipes.reduce_plan import BFULL, FULL, Leaf, ReducePlan
 
 __all__ = [
@@ -109,10 +109,7 @@ def rows_kernel(plan: ReducePlan, kernel_name: str, helpers: set[str]) -> str:
     if isinstance(bias, Ref):
         lines.append(f"    red = red + {args[bias.name]}  # affine bias")
     vars_[plan.reducer.name] = "red"
-    for node in plan.post_full:
-        var = f"v_{node.name}"
-        lines += [f"    # {node.op}  ({node.origin})", f"    {var} = {emit_node(plan, node, vars_, helpers)}"]
-        vars_[node.name] = var
+    lines += indent(emit_nodes(plan, plan.post_full, vars_, helpers), 1)
     lines.append(
         f"    tl.store(out_ptr + offs, {vars_[plan.output]}.to(out_ptr.dtype.element_ty), mask=mask)"
     )
@@ -155,11 +152,7 @@ def _loads(plan: ReducePlan) -> list[str]:
 def _prologue(plan: ReducePlan, helpers: set[str]) -> tuple[list[str], dict[str, str]]:
     """The elementwise ops before the norm, evaluated once per element; (lines, name -> kernel variable)."""
     vars_ = {lf.ref: lf.arg for lf in plan.leaves}
-    lines: list[str] = []
-    for node in plan.pre:
-        lines += [f"# {node.op}  ({node.origin})", f"v_{node.name} = {emit_node(plan, node, vars_, helpers)}"]
-        vars_[node.name] = f"v_{node.name}"
-    return lines, vars_
+    return emit_nodes(plan, plan.pre, vars_, helpers), vars_
 
 
 def rows_launch_lines(plan: ReducePlan, kernel_name: str) -> list[str]:
