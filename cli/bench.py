@@ -267,7 +267,8 @@ def bench(
     out_dir: Path,
     as_json: bool,
 ) -> None:
-    """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue)."""
+    """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue; a run
+    cut mid-way continues at its next step)."""
     from htam_graph import memory
     from htam_graph.store import store_session
 
