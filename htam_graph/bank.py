@@ -8,6 +8,9 @@ Format (version 1), for `export_bank(store, "bank.jsonl")`:
   Lines are sorted (label order, then key), so one graph always exports the same bytes up to `created_ms`.
 - `bank.jsonl.manifest.json`: format version, graph schema version, counts per label and relationship type,
   line count, sha256 of the jsonl, producing tool and version, created_ms.
+- A path ending in `.gz` (`bank.jsonl.gz`, manifest `bank.jsonl.gz.manifest.json`) is the same jsonl gzip-compressed
+  (deterministic: no name or time in the gzip header). The manifest's sha256 and line count are of the
+  uncompressed lines, so a bank has the same sha256 compressed or not.
 
 Import validates the whole file against the manifest before writing anything (one `BankFormatError` line on
 any problem), then MERGEs the static nodes on key (existing properties win), the seed's prior transitions
@@ -19,11 +22,14 @@ derived data: they are exported for reading but rebuilt from the attempts on imp
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
 import json
 import logging
 import os
 import tempfile
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,7 +117,11 @@ def export_bank(store: GraphStore, path: Path) -> Manifest:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     rel_fd, rel_tmp = tempfile.mkstemp(prefix=f".{path.name}.rels.", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as out, os.fdopen(rel_fd, "w+b") as rel_out:
+        with (
+            os.fdopen(fd, "wb") as raw_out,
+            os.fdopen(rel_fd, "w+b") as rel_out,
+            _writer(path, raw_out) as out,
+        ):
             for label in LABELS:
                 for row in _pages(store, label):
                     line = _node_line(label, row)
@@ -147,6 +157,17 @@ def export_bank(store: GraphStore, path: Path) -> Manifest:
                 os.unlink(name)
     log.info("exported %d lines to %s", lines, path)
     return manifest
+
+
+def _is_gzip(path: Path) -> bool:
+    return path.name.endswith(".gz")
+
+
+def _writer(path: Path, raw: Any) -> Any:
+    """`raw` itself, or a gzip stream over it when `path` ends in .gz (no file name or mtime in the header)."""
+    if _is_gzip(path):
+        return gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+    return contextlib.nullcontext(raw)
 
 
 def _pages(store: GraphStore, label: str) -> Iterator[dict[str, Any]]:
@@ -278,8 +299,12 @@ def _read_manifest(path: Path) -> Manifest:
 def _read_plan(path: Path, manifest: Manifest) -> _Plan:
     try:
         data = path.read_bytes()
-    except OSError as e:
+        if _is_gzip(path):
+            data = gzip.decompress(data)
+    except OSError as e:  # gzip.BadGzipFile is an OSError
         raise BankFormatError(f"{path}: cannot read the bank: {e}") from e
+    except (EOFError, zlib.error) as e:
+        raise BankFormatError(f"{path}: truncated or corrupt gzip data: {e}") from e
     if hashlib.sha256(data).hexdigest() != manifest.sha256:
         raise BankFormatError(f"{path}: sha256 does not match the manifest (corrupt, truncated or edited)")
     nodes: dict[str, dict[str, dict[str, Any]]] = {}

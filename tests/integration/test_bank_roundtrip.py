@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,38 @@ def test_export_then_import_into_an_empty_graph_is_identical(
     assert stats(target) == stats(source)
     again = bank.export_bank(target, tmp_path / "again.jsonl")
     assert again.sha256 == manifest.sha256  # same graph, same bytes
+
+
+def test_gzip_bank_is_the_same_bank_compressed(
+    source: Any, store_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    plain = bank.export_bank(source, tmp_path / "bank.jsonl")
+    path = tmp_path / "bank.jsonl.gz"
+    packed = bank.export_bank(source, path)
+    assert path.read_bytes()[:2] == b"\x1f\x8b" and bank.manifest_path(path).exists()
+    assert gzip.decompress(path.read_bytes()) == (tmp_path / "bank.jsonl").read_bytes()
+    assert (packed.sha256, packed.lines) == (plain.sha256, plain.lines)  # of the uncompressed lines
+    again = tmp_path / "again.jsonl.gz"
+    bank.export_bank(source, again)
+    assert again.read_bytes() == path.read_bytes()  # no file name or mtime in the gzip header
+    target = store_factory()
+    counts = bank.import_bank(target, path)
+    assert (counts.attempts_new, counts.attempts_known) == (7, 0)
+    assert stats(target) == stats(source)
+
+
+def test_truncated_gzip_bank_is_refused_with_nothing_written(
+    source: Any, store_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "bank.jsonl.gz"
+    bank.export_bank(source, path)
+    path.write_bytes(path.read_bytes()[:-40])
+    target = store_factory()
+    before = target.run_text("MATCH (n) RETURN count(n) AS n")[0]["n"]
+    with pytest.raises(BankFormatError, match="gzip") as info:
+        bank.import_bank(target, path)
+    assert "\n" not in str(info.value)
+    assert target.run_text("MATCH (n) RETURN count(n) AS n")[0]["n"] == before
 
 
 def test_reimport_is_a_no_op(source: Any, tmp_path: Path) -> None:
