@@ -178,6 +178,7 @@ def _derive(r: dict[str, Any]) -> dict[str, Any]:
         "sol_us": _num(r.get("sol_us")),
         "sol_fraction": _ratio(r.get("sol_us"), runtime),
         "best_step": _num(r.get("best_step")) if done and not reference else math.nan,
+        "best_global": _best_global(r) if done and not reference else None,
         "correct_steps": int(r.get("correct_steps") or 0),
         "compile_failures": int(r.get("compile_failures") or 0),
         "cost_usd": _num(usage.get("cost_usd")) if usage.get("cost_usd") is not None else 0.0,
@@ -189,6 +190,15 @@ def _derive(r: dict[str, Any]) -> dict[str, Any]:
         "timing_on_cpu": bool(r.get("timing_on_cpu")),
         "wall_s": _num(r.get("wall_s")),
     }
+
+
+def _best_global(r: dict[str, Any]) -> str | None:
+    """The direction of the step that produced the returned kernel (None when the trajectory lacks it)."""
+    best = r.get("best_step")
+    for s in r.get("trajectory") or []:
+        if best is not None and s.get("step") == best:
+            return s.get("global")
+    return None
 
 
 def _steps_of(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import pytest
 
 from htam_graph.cli import reportdata as rd
 from htam_graph.cli.reporthtml import md_table
-from htam_graph.cli.reportlib import _cell, fmt
+from htam_graph.cli.reportlib import _cell, fmt, warnings_for
 
 
 def base(**kw: object) -> dict[str, object]:
@@ -62,3 +62,33 @@ def test_cells() -> None:
 def test_markdown_table_escapes_pipes() -> None:
     text = md_table(pd.DataFrame({"a": ["x|y"], "b": [None]}))
     assert text.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | - |"]
+
+
+def _bench_of(*rows: dict[str, object]) -> rd.Bench:
+    runs = pd.DataFrame([rd._derive(r) for r in rows])
+    return rd.Bench(path=None, name="b", config={}, runs=runs, steps=pd.DataFrame())  # type: ignore[arg-type]
+
+
+def test_sol_warning_tells_a_work_reducing_rewrite_from_a_wrong_bound() -> None:
+    def run(task: str, global_key: str) -> dict[str, object]:
+        step = {"step": 1, "global": global_key, "local": f"{global_key}.x", "status": "improved"}
+        return base(
+            task=task,
+            best_speedup_eager_x=5.0,
+            best_runtime_us=100.0,
+            sol_us=150.0,
+            best_step=1,
+            best_is_reference=False,
+            trajectory=[step],
+        )
+
+    fast = base(
+        task="ok", best_speedup_eager_x=2.0, best_runtime_us=100.0, sol_us=50.0, best_is_reference=False
+    )
+    assert not [w for w in warnings_for(_bench_of(fast)) if "speed-of-light" in w]
+    rewrite = [
+        w for w in warnings_for(_bench_of(fast, run("pooled", "algebraic_rewrite"))) if "speed-of-light" in w
+    ]
+    assert len(rewrite) == 1 and "algebraic rewrite" in rewrite[0] and "pooled" in rewrite[0]
+    wrong = [w for w in warnings_for(_bench_of(run("fused", "fusion"))) if "speed-of-light" in w]
+    assert len(wrong) == 1 and "estimate or the timing" in wrong[0]
