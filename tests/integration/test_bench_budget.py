@@ -10,14 +10,12 @@ resume with a larger budget runs only what is left.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
+import runpy
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,17 +30,7 @@ SUITE = Path(__file__).resolve().parents[1] / "data" / "bench_suite" / "kernelbe
 KEYS = ["kernelbench/level1/20_LeakyReLU", "kernelbench/level1/22_Tanh", "kernelbench/level1/24_LogSoftmax"]
 
 
-def _load_fake_server() -> ModuleType:
-    path = Path(__file__).with_name("fake_llm_server.py")
-    spec = importlib.util.spec_from_file_location("fake_llm_server", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_llm_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-fls = _load_fake_server()
+fls = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("fake_llm_server")
 
 
 @pytest.fixture(scope="module", autouse=True)

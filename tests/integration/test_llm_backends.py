@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -15,18 +13,7 @@ from htam_graph.llm import BudgetTracker, RetryPolicy, make_generator
 from htam_graph.llm.pricing import lookup_price
 from htam_graph.model import GenerationRequest, GlobalDirection, Language, LocalStrategy, Task
 
-
-def _load_fake_server() -> ModuleType:
-    path = Path(__file__).with_name("fake_llm_server.py")
-    spec = importlib.util.spec_from_file_location("fake_llm_server", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_llm_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-fls = _load_fake_server()
+fls = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("fake_llm_server")
 
 CODE = (
     "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\n"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+import runpy
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -17,18 +15,7 @@ from htam_graph.llm.registry import register_backend, unregister_backend
 from htam_graph.model import GenerationReply, GenerationRequest, GlobalDirection, Language, Task
 from htam_graph.ports import Generator
 
-
-def _load_fake_server() -> ModuleType:
-    path = Path(__file__).with_name("fake_llm_server.py")
-    spec = importlib.util.spec_from_file_location("fake_llm_server", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fake_llm_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-fls = _load_fake_server()
+fls = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("fake_llm_server")
 
 GOOD = "```python\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n```"
 UNUSABLE = [
