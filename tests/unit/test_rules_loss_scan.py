@@ -202,3 +202,24 @@ def test_generated_sources_are_standalone_and_name_their_recipe() -> None:
     source = scan.emit(task_view(one_input("torch.cumprod(x, dim=self.dim)")), scan.default_config)  # type: ignore[arg-type]
     assert "return cumprod(x, int(self.dim))" in source and "tl.associative_scan" in source
     compile(source, "<generated>", "exec")
+
+
+def test_loss_kernel_is_tuned_over_tile_size_warps_and_program_count() -> None:
+    """block_size_tuning applies to the loss kernel; each ladder entry writes its own MAX_PARTIALS constant."""
+    from htam_graph.rules import KernelConfig, RulesGenerator
+    from htam_graph.rules.autotune import space_for
+    from htam_graph.rules.recipes.tuning import LOSS_LADDER
+
+    mse = kb_task("level1/94_MSELoss.py")
+    assert "parallelism.block_size_tuning" in RulesGenerator().recipes_for(mse)
+    space = space_for(LOSS)
+    assert space[0] == KernelConfig(block=4096, num_warps=8) and set(LOSS_LADDER) <= set(space)
+    loss = default_recipes()[LOSS]
+    partials = set()
+    for config in (loss.default_config, *LOSS_LADDER):
+        source = loss.emit(task_view(mse), config)
+        line = next(x for x in source.splitlines() if x.startswith("MAX_PARTIALS = "))
+        assert int(line.split()[2]) == config.max_single_block // 8
+        assert f"BLOCK = {config.block} " in source and f"NUM_WARPS = {config.num_warps}" in source
+        partials.add(int(line.split()[2]))
+    assert partials == {1024, 2048, 4096}

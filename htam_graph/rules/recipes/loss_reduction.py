@@ -5,6 +5,10 @@ p, p + G, p + 2G, ... of the [rows, cols] view (see recipes/loss_plan.py), loads
 the pointwise term in fp32 and accumulates it in a per-lane fp32 tile, then stores one partial sum. Stage 2
 (`<name>_finish_kernel`): one program sums the partials in a fixed tree order and divides once (mean: by the
 element count, batchmean: by the size of dim 0). No atomics: the result is the same bits on every run.
+
+Launch configuration (what `parallelism.block_size_tuning` varies): BLOCK elements per tile, NUM_WARPS, and
+MAX_PARTIALS = `config.max_single_block // PARTIALS_DIVISOR` (the default 16384 gives 2048 programs). The
+partial count is written into the file as a constant, so one kernel file always combines in the same order.
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from htam_graph.rules.recipes.loss_plan import COL, FULL, ONE, ROW, LossPlan, pl
 from htam_graph.rules.triton_math import emit_op, helper_sources
 
 KEY = "fusion.pointwise_into_reduction"
-MAX_PARTIALS = 2048  # stage-1 programs (a fixed count: the combine order never depends on the device)
+PARTIALS_DIVISOR = 8  # MAX_PARTIALS of a configuration = its max_single_block // PARTIALS_DIVISOR
+
+
+def max_partials(config: KernelConfig) -> int:
+    """The stage-1 program count a configuration is written with (a constant of the generated file)."""
+    return max(1, config.max_single_block // PARTIALS_DIVISOR)
+
 
 _INDEX = {FULL: "rows * n_cols + cols", COL: "cols", ROW: "rows", ONE: "rows * 0 + cols * 0"}
 
@@ -67,7 +77,7 @@ class PointwiseIntoReduction:
             constants=(
                 f"BLOCK = {config.block}  # elements per tile (BLOCK_R rows x BLOCK_C columns)",
                 f"NUM_WARPS = {config.num_warps}",
-                f"MAX_PARTIALS = {MAX_PARTIALS}  # stage-1 programs at most (fixed: same combine order on any GPU)",
+                f"MAX_PARTIALS = {max_partials(config)}  # stage-1 programs at most (fixed: same combine order on any GPU)",
                 f"SPLIT = {plan.split}  # the [rows, cols] view splits the shape before this dim",
             ),
             helpers=tuple(helper_sources(set(helpers))),

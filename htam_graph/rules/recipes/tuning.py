@@ -71,6 +71,20 @@ DEPTHWISE_LADDER = tuple(
     KernelConfig(block=b, num_warps=w)
     for b, w in ((1024, 4), (2048, 8), (512, 4), (2048, 4), (4096, 8), (1024, 8))
 )
+# Whole-tensor losses and sums (recipes/loss_reduction.py): BLOCK = elements per tile, max_single_block // 8 =
+# the stage-1 program count (default 2048): more or fewer programs walking the grid-stride loop.
+_LOSS_BASES = ("fusion.pointwise_into_reduction",)
+LOSS_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w, max_single_block=m)
+    for b, w, m in (
+        (8192, 8, 16384),
+        (4096, 8, 8192),
+        (4096, 8, 32768),
+        (8192, 16, 32768),
+        (2048, 4, 16384),
+        (16384, 16, 16384),
+    )
+)
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
     for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
@@ -129,6 +143,7 @@ def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     block_ladders |= {k: REDUCE_LADDER for k in _REDUCE_BASES}
     block_ladders |= {k: REDUCE_LADDER for k in _CONV_REDUCE_BASES}
     block_ladders |= {k: DEPTHWISE_LADDER for k in _DEPTHWISE_BASES}
+    block_ladders |= {k: LOSS_LADDER for k in _LOSS_BASES}
     vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),
