@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from htam_graph.model import Task
+from htam_graph.rules.recipes.tuning import LOSS_LADDER
 from tests.gpu.rules_gpu_support import (
     FP32_STRICT,
     GPU_MARKS,
@@ -104,3 +105,16 @@ def test_rule_kernel_matches_reference_on_cuda_at_default_sizes(
     source = generate(task, key)
     result = run_case(task, source, tmp_path, overrides, key == LOSS, transform)
     report("RULES_GPU", rel, overrides or "", transform, key, result=result)
+
+
+@pytest.mark.parametrize("rel", [c[0] for c in CASES if c[1] == LOSS])
+def test_every_loss_tuning_config_is_correct_and_deterministic_on_cuda(rel: str, tmp_path: Path) -> None:
+    """Each LOSS_LADDER configuration (tile size, warps, stage-1 program count) passes the same checks; its time
+    is printed as `RULES_GPU_TUNE` for comparison with the default's `RULES_GPU` line."""
+    task = make_task(rel)
+    for config in LOSS_LADDER:
+        r = run_case(task, generate(task, LOSS, config), tmp_path, {}, True)
+        print(
+            f"\nRULES_GPU_TUNE {rel} {config} max_abs_err={r.max_abs_err:.2e} kernel_ms={r.kernel_ms:.4f}"
+            f" eager_ms={r.eager_ms:.4f}"
+        )
