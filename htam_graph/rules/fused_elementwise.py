@@ -25,6 +25,7 @@ __all__ = [
     "operand_renderer",
     "kernel_source",
     "launcher_source",
+    "region_body",
     "BROADCAST_LAYOUT_SOURCE",
 ]
 
@@ -217,6 +218,21 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
         lines.append(
             f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
         )
+    body, helpers = region_body(region, render, vars_, scalar_args, "offs")
+    return "\n".join(lines + body) + "\n", helpers
+
+
+def region_body(
+    region: Region,
+    render: Callable[[Value], str],
+    vars_: dict[str, str],
+    scalar_args: dict[str, str],
+    out_index: str,
+) -> tuple[list[str], frozenset[str]]:
+    """The kernel lines that evaluate every node of `region` in fp32 (a comment naming each op, then
+    `v_<name> = ...`, names recorded in `vars_`) and store the output at `out_ptr + out_index` under `mask`;
+    with the helper names the expressions call. Shared by every kernel that ends in an elementwise region."""
+    lines: list[str] = []
     helpers: set[str] = set()
     for node in region.nodes:
         emitted = emit_op(node, render)
@@ -226,8 +242,8 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
         lines.append(f"    # {node.op}  ({node.origin})")
         lines.append(f"    {var} = {emitted.expr}")
     result = vars_[region.output]
-    lines.append(f"    tl.store(out_ptr + offs, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
-    return "\n".join(lines) + "\n", frozenset(helpers)
+    lines.append(f"    tl.store(out_ptr + {out_index}, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
+    return lines, frozenset(helpers)
 
 
 def launcher_source(region: Region, launcher_name: str, kernel_name: str, config: KernelConfig) -> str:

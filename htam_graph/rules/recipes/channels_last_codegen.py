@@ -13,8 +13,7 @@ operands at the flat NCHW index through the launcher-computed `(inner, size)` of
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
-from htam_graph.rules.fused_elementwise import Leaf, Region, identifier, operand_renderer
-from htam_graph.rules.triton_math import emit_op
+from htam_graph.rules.fused_elementwise import Leaf, Region, operand_renderer, region_body
 
 __all__ = ["layout_kernel_source", "layout_launcher_source", "layout_constants"]
 
@@ -88,17 +87,8 @@ def layout_kernel_source(
         lines.append(
             f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask={mask}, other=0.0).to(tl.float32)"
         )
-    helpers: set[str] = set()
-    for node in region.nodes:
-        emitted = emit_op(node, render)
-        helpers |= emitted.helpers
-        var = identifier(f"v_{node.name}", set(vars_.values()) | set(scalar_args.values()))
-        vars_[node.name] = var
-        lines.append(f"    # {node.op}  ({node.origin})")
-        lines.append(f"    {var} = {emitted.expr}")
-    result = vars_[region.output]
-    lines.append(f"    tl.store(out_ptr + nchw, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
-    return "\n".join(lines) + "\n", frozenset(helpers)
+    body, helpers = region_body(region, render, vars_, scalar_args, "nchw")
+    return "\n".join(lines + body) + "\n", helpers
 
 
 def layout_launcher_source(

@@ -24,8 +24,7 @@ Per-channel operands are read at the row's channel; other broadcast operands at 
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region, identifier, operand_renderer
-from htam_graph.rules.triton_math import emit_op
+from htam_graph.rules.fused_elementwise import Leaf, Region, operand_renderer, region_body
 
 __all__ = [
     "PHASE_SLOTS",
@@ -194,17 +193,8 @@ def phase_kernel_source(
         lines.append(
             f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
         )
-    helpers: set[str] = set()
-    for node in region.nodes:
-        emitted = emit_op(node, render)
-        helpers |= emitted.helpers
-        var = identifier(f"v_{node.name}", set(vars_.values()) | set(scalar_args.values()))
-        vars_[node.name] = var
-        lines.append(f"    # {node.op}  ({node.origin})")
-        lines.append(f"    {var} = {emitted.expr}")
-    result = vars_[region.output]
-    lines.append(f"    tl.store(out_ptr + out_index, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
-    return "\n".join(lines) + "\n", frozenset(helpers)
+    body, helpers = region_body(region, render, vars_, scalar_args, "out_index")
+    return "\n".join(lines + body) + "\n", helpers
 
 
 def phase_launcher_source(
