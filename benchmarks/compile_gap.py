@@ -3,13 +3,21 @@ on one GPU, per task: eager and torch.compile timed by triton's do_bench (the fi
 protocol (kernels_runtime.timing.time_interleaved: L2 flush, device synchronise in the window, median of 20),
 then the harness protocol again with the worker's launch counter installed. Prints a Markdown table.
 
-Usage (GPU machine): python scripts/compile_gap.py KERNELBENCH_DIR level1/40_LayerNorm.py level1/88_MinGPTNewGelu.py ...
+With `--cpu-load N`, the harness protocol runs a third time while N busy-looping processes load the host's CPUs.
+That is the bench's situation: 14 workers and their Inductor compile processes on 32 cores while one worker holds
+the GPU. The harness window contains the host's launch path and the wake-up from the device synchronise, so a
+slower host shows up as a slower kernel. The H200 bench of NOTES §12 suggests Python-launched Triton kernels
+(Inductor's and the rules library's) suffer from this and ATen's eager kernels do not; this run tests that.
+
+Usage (GPU machine):
+    python benchmarks/compile_gap.py KERNELBENCH_DIR [--cpu-load N] level1/40_LayerNorm.py level1/88_MinGPTNewGelu.py ...
 """
 
 from __future__ import annotations
 
+import argparse
+import multiprocessing
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -51,10 +59,20 @@ def _time(path: Path, counter_installed: bool) -> dict[str, float]:
     return out
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kernelbench", type=Path)
+    parser.add_argument("tasks", nargs="+", help="task files relative to KERNELBENCH")
+    parser.add_argument("--cpu-load", type=int, default=0, help="busy processes during a third harness pass")
+    args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    kb = Path(sys.argv[1])
+    kb = args.kernelbench
     print(
         f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, fp32, TF32 off"
     )
@@ -63,7 +81,7 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|")
     ratios = []
-    for rel in sys.argv[2:]:
+    for rel in args.tasks:
         r = _time(kb / rel, counter_installed=False)
         ratios.append(r["h_compile"] / r["db_compile"])
         print(
@@ -78,9 +96,25 @@ def main() -> None:
     print("With the worker's launch counter installed (harness protocol):\n")
     print("| task | harness eager µs | harness compile µs |")
     print("|---|---:|---:|")
-    for rel in sys.argv[2:]:
+    for rel in args.tasks:
         r = _time(kb / rel, counter_installed=True)
         print(f"| {rel} | {r['h_eager']:.1f} | {r['h_compile']:.1f} |", flush=True)
+    if args.cpu_load:
+        spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.cpu_load)]
+        for proc in spinners:
+            proc.start()
+        try:
+            print(
+                f"\nHarness protocol with {args.cpu_load} busy processes on {multiprocessing.cpu_count()} CPUs:\n"
+            )
+            print("| task | harness eager µs | harness compile µs |")
+            print("|---|---:|---:|")
+            for rel in args.tasks:
+                r = _time(kb / rel, counter_installed=True)
+                print(f"| {rel} | {r['h_eager']:.1f} | {r['h_compile']:.1f} |", flush=True)
+        finally:
+            for proc in spinners:
+                proc.terminate()
 
 
 if __name__ == "__main__":
