@@ -7,21 +7,19 @@ emitted with a large BLOCK so the interpreter runs few programs; the code is oth
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.model import EvalRequest, Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("recipe_evaluation")
+KB = rev.KB
 
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
+pytestmark = pytest.mark.skipif(not KB.is_dir(), reason=rev.NO_KB)
 
 
 @pytest.mark.parametrize(
@@ -33,32 +31,7 @@ pytestmark = pytest.mark.skipif(
     ids=["diag_matmul_as_broadcast", "drop_noops"],
 )
 def test_rewrite_kernel_is_correct_in_the_real_evaluator(rel: str, key: str) -> None:
-    source = (KB / rel).read_text(encoding="utf-8")
-    task = Task(
-        key=f"kernelbench/{rel[:-3]}",
-        suite="kernelbench",
-        level=None,
-        name=rel,
-        source=source,
-        source_sha256="0" * 64,
-    )
+    task = rev.kb_task(rel)
     candidate = default_recipes()[key].emit(task_view(task), KernelConfig(block=4096, num_warps=8))
-    request = EvalRequest(
-        task_key=task.key,
-        task_source=source,
-        candidate_source=candidate,
-        device="cpu",
-        shape="smoke",
-        trials=5,
-        extra_shapes=0,
-        timing_runs=1,
-        warmup_runs=0,
-        measure_baselines=False,
-        timeout_s=600,
-    )
-    result = SubprocessEvaluator().evaluate(request)
-    assert result.error_kind is None, result.error_excerpt
-    assert result.compiled and result.correct
-    assert result.checks["kernel_launched"].startswith("pass")
-    assert result.checks["static_source"].startswith("pass")
+    result = rev.assert_correct_in_real_evaluator(task, candidate, trials=5)
     assert result.max_abs_err is not None and result.max_abs_err <= 1e-4
