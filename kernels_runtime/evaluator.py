@@ -236,6 +236,7 @@ class SubprocessEvaluator:
         env["HTAM_PROGRESS_PATH"] = str(run.progress)
         env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
         env["HTAM_VARIANT_CACHE"] = str(self.cache_dir / "variants")
+        env["HTAM_SOL_CACHE"] = str(self.cache_dir / "sol")
         payload = json.dumps(
             {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
         )

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
-import os
 import tempfile
 import time
 import types
@@ -23,7 +20,7 @@ from typing import Any
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import checks, gpulock, guards, shapes, sharing, taskmod
+from htam_graph.kernels_runtime import checks, diskcache, gpulock, guards, shapes, sharing, taskmod
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import (
     CandidateFailure,
@@ -96,22 +93,19 @@ def _variants(req: EvalRequest) -> list[dict[str, Any]]:
     costs ~5 s of one-time imports per worker process, paid by every evaluation otherwise); it is read and written
     before any candidate code runs. Candidate results are never cached.
     """
-    if not VARIANT_CACHE_DIR:
-        return _select_variants(req)
-    key = hashlib.sha256(f"{req.shape}|{req.extra_shapes}|{req.task_source}".encode()).hexdigest()[:32]
-    path = Path(VARIANT_CACHE_DIR) / f"{key}.json"
-    with contextlib.suppress(OSError, ValueError):
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(cached, list) and cached and all(isinstance(v, dict) for v in cached):
-            # JSON has no tuples: sequence-valued size constants (kernel_size=(3, 5)) come back as tuples
-            return [{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()} for v in cached]
-    found = _select_variants(req)
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(found), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: concurrent workers never read a half-written file
-    return found
+    return diskcache.cached_json(
+        VARIANT_CACHE_DIR,
+        f"{req.shape}|{req.extra_shapes}|{req.task_source}",
+        lambda: _select_variants(req),
+        _decode_variants,
+    )
+
+
+def _decode_variants(cached: Any) -> list[dict[str, Any]] | None:
+    if not (isinstance(cached, list) and cached and all(isinstance(v, dict) for v in cached)):
+        return None
+    # JSON has no tuples: sequence-valued size constants (kernel_size=(3, 5)) come back as tuples
+    return [{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()} for v in cached]
 
 
 def _select_variants(req: EvalRequest) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks, sol, timing
+from htam_graph.kernels_runtime import checks, diskcache, sol, timing
 from htam_graph.kernels_runtime.execution import CandidateFailure
 from htam_graph.kernels_runtime.recorder import Recorder
 from htam_graph.kernels_runtime.trials import TrialContext, call_reference
@@ -44,6 +44,38 @@ def compiled_reference(
     return run
 
 
+# Where the worker caches the reference's work (set by worker.main from the evaluator's cache dir; "" = off).
+SOL_CACHE_DIR = ""
+
+
+def _reference_work(req: EvalRequest, ctx: TrialContext, ref: Any, inputs: list[Any]) -> tuple[float, int]:
+    """(matmul/conv FLOPs, output bytes) of one call of the REFERENCE on these inputs, cached on disk.
+
+    Both are facts of the trusted reference's source and its inputs' shapes and dtypes (KernelBench references have
+    no data-dependent output sizes), so they are cached per (torch version, shape variant, input signature, task
+    source): counting FLOPs runs the reference under FlopCounterMode and once more for its output, ~1 s under
+    the GPU's shared lock per evaluation otherwise. The candidate's runtime is never cached.
+    """
+
+    def compute() -> tuple[float, int]:
+        flops = sol.count_flops(ref, checks.clone_inputs(inputs))
+        out_bytes = checks.nbytes(call_reference(ref, checks.clone_inputs(inputs), 0, ctx))
+        return float(flops), int(out_bytes)
+
+    key = f"sol|{torch.__version__}|{req.shape}|{_signature(inputs)}|{req.task_source}"
+    return diskcache.cached_json(SOL_CACHE_DIR, key, compute, _decode_work, list)
+
+
+def _signature(inputs: list[Any]) -> str:
+    """Shapes and dtypes of the tensor inputs, the values of the others."""
+    return repr([(tuple(x.shape), str(x.dtype)) if isinstance(x, torch.Tensor) else x for x in inputs])
+
+
+def _decode_work(cached: Any) -> tuple[float, int] | None:
+    ok = isinstance(cached, list) and len(cached) == 2 and all(isinstance(v, int | float) for v in cached)
+    return (float(cached[0]), int(cached[1])) if ok and cached[0] >= 0 and cached[1] >= 0 else None
+
+
 def speed_of_light(
     req: EvalRequest, rec: Recorder, ctx: TrialContext, ref: Any, inputs: list[Any], median_us: float
 ) -> None:
@@ -56,10 +88,11 @@ def speed_of_light(
     if peaks is None:
         rate = sol.measure_copy_rate(ctx.device)
         peaks = sol.GpuPeaks(rate, 0.0, 0.0, 0.0, f"{gpu}: measured copy rate only")
-    flops = sol.count_flops(ref, checks.clone_inputs(inputs))
-    ref_out = call_reference(ref, checks.clone_inputs(inputs), 0, ctx)
+    flops, out_bytes = _reference_work(req, ctx, ref, inputs)
     l2 = timing.l2_flush_bytes(ctx.device) // 2
-    floor = sol.floor_for(inputs, ref_out, flops, peaks, req.precision_policy, l2)
+    floor = sol.floor_from_bytes(
+        checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2
+    )
     verdict = sol.judge(median_us, floor)
     rec.set(sol_us=floor.sol_us, sol_flagged=verdict.flagged)
     if verdict.hack:

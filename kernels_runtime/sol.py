@@ -36,6 +36,7 @@ __all__ = [
     "peaks_for",
     "SolFloor",
     "floor_for",
+    "floor_from_bytes",
     "judge",
     "count_flops",
     "SOL_MARGIN",
@@ -134,8 +135,20 @@ def floor_for(
     l2_bytes: int,
 ) -> SolFloor:
     """Both floors for one call that reads `inputs` and writes `output`."""
-    in_bytes = checks.nbytes(list(inputs))
-    out_bytes = checks.nbytes(output)
+    return floor_from_bytes(
+        checks.nbytes(list(inputs)), checks.nbytes(output), flops, peaks, policy, l2_bytes
+    )
+
+
+def floor_from_bytes(
+    in_bytes: int,
+    out_bytes: int,
+    flops: float | None,
+    peaks: GpuPeaks,
+    policy: PrecisionPolicy,
+    l2_bytes: int,
+) -> SolFloor:
+    """Both floors for one call that reads `in_bytes` and writes `out_bytes`."""
     moved = in_bytes + (out_bytes if out_bytes > l2_bytes else 0)
     bytes_floor_us = moved / peaks.copy_bytes_per_s * 1e6
     flop_floor_us = None if not flops or peaks.fp32_flops <= 0 else flops / peaks.compute_peak(policy) * 1e6

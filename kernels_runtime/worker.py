@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # Imported before the candidate: these modules capture the timers and install the guards.
-from htam_graph.kernels_runtime import harness
+from htam_graph.kernels_runtime import harness, measure
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
 from htam_graph.kernels_runtime.paths import extension_dir
@@ -69,6 +69,7 @@ def main() -> int:
     progress_path = os.environ.pop("HTAM_PROGRESS_PATH")
     ext_root = os.environ.pop("HTAM_EXT_ROOT", "")
     harness.VARIANT_CACHE_DIR = os.environ.pop("HTAM_VARIANT_CACHE", "")
+    measure.SOL_CACHE_DIR = os.environ.pop("HTAM_SOL_CACHE", "")
     payload = json.loads(sys.stdin.read())
     nonce, mode = str(payload["nonce"]), str(payload.get("mode", "eval"))
     requests = [EvalRequest.model_validate(r) for r in payload["requests"]]
