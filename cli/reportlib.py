@@ -136,9 +136,10 @@ def warnings_for(bench: rd.Bench) -> list[str]:
         out.append(f"runs were measured on different GPUs ({', '.join(map(str, gpus))}).")
     over = bench.runs["sol_fraction"] > 1.0
     rewrite = over & (bench.runs["best_global"] == REWRITE_GLOBAL)
-    if int((over & ~rewrite).sum()):
+    wrong = int((over & ~rewrite).sum())
+    if wrong:
         out.append(
-            f"{int((over & ~rewrite).sum())} run(s) ran faster than their speed-of-light bound (SOL fraction > 1): "
+            f"{wrong} run(s) ran faster than their speed-of-light bound (SOL fraction > 1): "
             "the SOL estimate or the timing of those runs is wrong."
         )
     if int(rewrite.sum()):

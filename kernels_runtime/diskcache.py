@@ -31,11 +31,11 @@ def cached_json(
     key_text: str,
     compute: Callable[[], T],
     decode: Callable[[Any], T | None],
-    encode: Callable[[T], Any] = lambda value: value,
 ) -> T:
     """`compute()`, or the value cached under `key_text` when `decode` accepts the stored JSON (None: rejected).
 
-    `directory` "" turns the cache off. Write errors are ignored (the value is still returned).
+    The value is stored as `json.dumps(value)` (tuples come back as lists: `decode` rebuilds them). `directory` ""
+    turns the cache off. Write errors are ignored (the value is still returned).
     """
     if not directory:
         return compute()
@@ -48,6 +48,6 @@ def cached_json(
     with contextlib.suppress(OSError, TypeError, ValueError):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(encode(value)), encoding="utf-8")
+        tmp.write_text(json.dumps(value), encoding="utf-8")
         os.replace(tmp, path)  # atomic: concurrent workers never read a half-written file
     return value

@@ -63,7 +63,7 @@ def _reference_work(req: EvalRequest, ctx: TrialContext, ref: Any, inputs: list[
         return float(flops), int(out_bytes)
 
     key = f"sol|{torch.__version__}|{req.shape}|{_signature(inputs)}|{req.task_source}"
-    return diskcache.cached_json(SOL_CACHE_DIR, key, compute, _decode_work, list)
+    return diskcache.cached_json(SOL_CACHE_DIR, key, compute, _decode_work)
 
 
 def _signature(inputs: list[Any]) -> str:
@@ -90,9 +90,7 @@ def speed_of_light(
         peaks = sol.GpuPeaks(rate, 0.0, 0.0, 0.0, f"{gpu}: measured copy rate only")
     flops, out_bytes = _reference_work(req, ctx, ref, inputs)
     l2 = timing.l2_flush_bytes(ctx.device) // 2
-    floor = sol.floor_from_bytes(
-        checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2
-    )
+    floor = sol.floor_for(checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2)
     verdict = sol.judge(median_us, floor)
     rec.set(sol_us=floor.sol_us, sol_flagged=verdict.flagged)
     if verdict.hack:

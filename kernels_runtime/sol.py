@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks
 from htam_graph.model import PrecisionPolicy
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "peaks_for",
     "SolFloor",
     "floor_for",
-    "floor_from_bytes",
     "judge",
     "count_flops",
     "SOL_MARGIN",
@@ -127,20 +125,6 @@ def count_flops(fn: Any, inputs: Sequence[Any]) -> float:
 
 
 def floor_for(
-    inputs: Sequence[Any],
-    output: Any,
-    flops: float | None,
-    peaks: GpuPeaks,
-    policy: PrecisionPolicy,
-    l2_bytes: int,
-) -> SolFloor:
-    """Both floors for one call that reads `inputs` and writes `output`."""
-    return floor_from_bytes(
-        checks.nbytes(list(inputs)), checks.nbytes(output), flops, peaks, policy, l2_bytes
-    )
-
-
-def floor_from_bytes(
     in_bytes: int,
     out_bytes: int,
     flops: float | None,

@@ -200,12 +200,12 @@ def test_speed_of_light_floors_and_verdicts() -> None:
     peaks = sol.GPU_TABLE["H200"]
     x = torch.empty(1 << 20)  # 4 MiB read
     floor = sol.floor_for(
-        [x], torch.empty(1 << 20), None, peaks, PrecisionPolicy.FP32_STRICT, l2_bytes=64 << 20
+        x.nbytes, torch.empty(1 << 20).nbytes, None, peaks, PrecisionPolicy.FP32_STRICT, l2_bytes=64 << 20
     )
     assert floor.bytes_floor_us == pytest.approx((4 << 20) / 4.3e12 * 1e6)  # output < L2 is not counted
     assert sol.judge(floor.bytes_floor_us * 0.5, floor).hack
     assert not sol.judge(floor.bytes_floor_us * 2, floor).flagged
-    with_flops = sol.floor_for([x], x, 1e12, peaks, PrecisionPolicy.FP32_STRICT, 64 << 20)
+    with_flops = sol.floor_for(x.nbytes, x.nbytes, 1e12, peaks, PrecisionPolicy.FP32_STRICT, 64 << 20)
     verdict = sol.judge(with_flops.flop_floor_us * 0.5, with_flops)
     assert verdict.flagged and not verdict.hack  # below the FLOP floor only: flagged, not a hack
     assert sol.peaks_for("NVIDIA H200") is peaks and sol.peaks_for("Quadro X") is None

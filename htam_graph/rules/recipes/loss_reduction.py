@@ -27,8 +27,9 @@ PARTIALS_DIVISOR = 8  # MAX_PARTIALS of a configuration = its max_single_block /
 
 
 def max_partials(config: KernelConfig) -> int:
-    """The stage-1 program count a configuration is written with (a constant of the generated file)."""
-    return max(1, config.max_single_block // PARTIALS_DIVISOR)
+    """The stage-1 program count a configuration is written with (a constant of the generated file; at least 2,
+    since KernelConfig keeps max_single_block a power of two >= 16)."""
+    return config.max_single_block // PARTIALS_DIVISOR
 
 
 _INDEX = {FULL: "rows * n_cols + cols", COL: "cols", ROW: "rows", ONE: "rows * 0 + cols * 0"}
