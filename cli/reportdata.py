@@ -197,7 +197,7 @@ def _best_global(r: dict[str, Any]) -> str | None:
     best = r.get("best_step")
     for s in r.get("trajectory") or []:
         if best is not None and s.get("step") == best:
-            return s.get("global")
+            return str(s["global"]) if s.get("global") is not None else None
     return None
 
 
@@ -351,29 +351,99 @@ def transition_table(steps: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def best_by_step(bench: Bench) -> pd.DataFrame:
+def best_by_step(bench: Bench, tasks: set[str] | None = None, horizon: int | None = None) -> pd.DataFrame:
     """Geometric mean over runs of the best speedup over eager reached by step t (t = 0: the reference, 1.0),
-    per policy. A run's best is carried forward after its last step; a failed run stays at 1.0."""
+    per policy, over the runs of `tasks` (default: all). A run's best is carried forward after its last step;
+    a failed run stays at 1.0."""
     import pandas as pd
 
-    horizon = int(bench.steps["step"].max()) if len(bench.steps) else 0
-    rows = []
-    for task, policy, seed in (
-        bench.runs[["task", "policy", "seed"]].drop_duplicates().itertuples(index=False)
-    ):
-        traj = bench.steps[
-            (bench.steps["task"] == task) & (bench.steps["policy"] == policy) & (bench.steps["seed"] == seed)
-        ].sort_values("step")
-        best, by_step = 1.0, {int(s): float(b) for s, b in zip(traj["step"], traj["best_x"], strict=True)}
-        for t in range(horizon + 1):
-            if t in by_step and by_step[t] > 0:
-                best = max(best, by_step[t])
-            rows.append({"policy": policy, "step": t, "best_x": best})
+    rows = [
+        {"policy": policy, "step": t, "best_x": best}
+        for (_task, policy, _seed), curve in run_curves(bench, tasks, horizon).items()
+        for t, best in enumerate(curve)
+    ]
     if not rows:
         return pd.DataFrame(columns=["policy", "step", "geomean_best_x"])
     df = pd.DataFrame(rows)
     out = df.groupby(["policy", "step"], sort=True)["best_x"].apply(geomean).rename("geomean_best_x")
     return out.reset_index()
+
+
+def run_curves(
+    bench: Bench, tasks: set[str] | None = None, horizon: int | None = None
+) -> dict[tuple[str, str, int], list[float]]:
+    """Per run (task, policy, seed): the best speedup over eager reached by step t, for t = 0 (the reference,
+    1.0) to `horizon` (default: the bench's last step), carried forward after the run's last step."""
+    if horizon is None:
+        horizon = int(bench.steps["step"].max()) if len(bench.steps) else 0
+    by_run: dict[tuple[str, str, int], dict[int, float]] = {}
+    for r in bench.steps.itertuples(index=False):
+        by_run.setdefault((str(r.task), str(r.policy), int(r.seed)), {})[int(r.step)] = float(r.best_x)
+    curves = {}
+    for task, policy, seed in (
+        bench.runs[["task", "policy", "seed"]].drop_duplicates().itertuples(index=False)
+    ):
+        if tasks is not None and task not in tasks:
+            continue
+        by_step = by_run.get((str(task), str(policy), int(seed)), {})
+        best, curve = 1.0, []
+        for t in range(horizon + 1):
+            if by_step.get(t, 0.0) > 0:  # NaN (no speedup recorded) compares False
+                best = max(best, by_step[t])
+            curve.append(best)
+        curves[(str(task), str(policy), int(seed))] = curve
+    return curves
+
+
+REACH_WITHIN = 0.02  # a run "reached the best" when its best is within 2 % of the best any compared run found
+
+
+def reach_table(
+    arms: dict[str, dict[tuple[str, int], list[float]]], within: float = REACH_WITHIN
+) -> pd.DataFrame:
+    """Head to head on the (task, seed) runs every arm has: which arm reaches the shared best kernel in fewer
+    steps. `arms` maps a label to its curves (run_curves keyed by (task, seed), all of one horizon). The shared
+    best of a run is the highest final best over the arms; runs where no arm beat the reference are left out.
+    An arm reaches it at the first step whose best is within `within` of it (never: not reached)."""
+    import pandas as pd
+
+    labels = list(arms)
+    common = sorted(set.intersection(*(set(c) for c in arms.values()))) if arms else []
+    reached = dict.fromkeys(labels, 0)
+    first_alone = dict.fromkeys(labels, 0)
+    tied_first = dict.fromkeys(labels, 0)
+    steps: dict[str, list[float]] = {a: [] for a in labels}
+    compared = 0
+    for run in common:
+        best = max(arms[a][run][-1] for a in labels)
+        if best <= 1.0:
+            continue
+        compared += 1
+        reach: dict[str, float] = {}
+        for a in labels:
+            hit = [t for t, b in enumerate(arms[a][run]) if b >= best / (1.0 + within)]
+            reach[a] = hit[0] if hit else math.inf
+        first = min(reach.values())
+        winners = [a for a in labels if reach[a] == first]
+        for a in labels:
+            reached[a] += reach[a] < math.inf
+            if reach[a] == first:
+                (first_alone if len(winners) == 1 else tied_first)[a] += 1
+        if all(r < math.inf for r in reach.values()):
+            for a in labels:
+                steps[a].append(reach[a])
+    rows = [
+        {
+            "arm": a,
+            "runs_compared": compared,
+            "reached_best": reached[a],
+            "first_alone": first_alone[a],
+            "tied_first": tied_first[a],
+            "mean_steps_to_best_when_all_reach": sum(steps[a]) / len(steps[a]) if steps[a] else math.nan,
+        }
+        for a in labels
+    ]
+    return pd.DataFrame(rows)
 
 
 def _level_order(level: str) -> tuple[int, str]:

@@ -247,7 +247,11 @@ def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Pa
                 "trajectories: mean gain of the step after a transition",
             )
         )
-    bank_edges = bank_transitions(bench.path / "memory")
+    # `memory/` is where bench exports the bank; `memory_bank/` where results/ keeps it gzip-compressed
+    bank_edges = next(
+        (e for e in (bank_transitions(bench.path / d) for d in ("memory", "memory_bank")) if e is not None),
+        None,
+    )
     if bank_edges is not None and len(bank_edges):
         made.add(
             reportplots.transition_heatmap(
@@ -268,14 +272,21 @@ def _pool_transitions(transitions: pd.DataFrame) -> pd.DataFrame:
 
 def bank_transitions(folder: Path) -> pd.DataFrame | None:
     """Observed TRANSITION edges (not seed priors) of the memory bank exported into `folder` (the first
-    `*.jsonl` with a manifest), summed over GPU archs: src, dst, count, mean_gain. None when there is no bank."""
+    `*.jsonl` or `*.jsonl.gz` with a manifest), summed over GPU archs: src, dst, count, mean_gain. None when
+    there is no bank."""
+    import gzip
+
     import pandas as pd
 
-    banks = sorted(p for p in folder.glob("*.jsonl") if p.with_name(p.name + ".manifest.json").exists())
+    found = [*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]
+    banks = sorted(p for p in found if p.with_name(p.name + ".manifest.json").exists())
     if not banks:
         return None
+    data = banks[0].read_bytes()
     rows = []
-    for line in banks[0].read_text(encoding="utf-8").splitlines():
+    for line in (
+        (gzip.decompress(data) if banks[0].name.endswith(".gz") else data).decode("utf-8").splitlines()
+    ):
         obj = json.loads(line) if line.strip() else {}
         props = obj.get("properties") or {}
         if obj.get("label") == "TRANSITION" and props.get("gpu_arch") != "prior" and props.get("count"):
@@ -304,15 +315,15 @@ COMPARE_COLUMNS = (
 )
 
 
-def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:
-    """One row per (bench folder, precision policy, policy), over all levels; metrics are means over seeds (std in
-    *_std). Precision tracks are separate rows (fp32-strict first), never averaged together."""
+def compare_table(benches: Sequence[rd.Bench], level: str = rd.ALL) -> pd.DataFrame:
+    """One row per (bench folder, precision policy, policy), over all levels or one `level`; metrics are means
+    over seeds (std in *_std). Precision tracks are separate rows (fp32-strict first), never averaged together."""
     import pandas as pd
 
     rows = []
     for bench in benches:
         summary = rd.summary_table(bench.runs)
-        overall = summary[summary["level"] == rd.ALL]
+        overall = summary[summary["level"] == level]
         for track, policy in [
             (t, p) for t in rd.precision_tracks(overall) for p in rd.policy_order(overall["policy"])
         ]:
@@ -322,6 +333,7 @@ def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:
             row: dict[str, Any] = {
                 "bench": bench.name,
                 "policy": policy,
+                "level": level,
                 "precision_policy": track,
                 "gpu": dict(header_items(bench))["GPU"],
                 "model": bench.config.get("model", "-"),
@@ -337,7 +349,9 @@ def compare_table(benches: Sequence[rd.Bench]) -> pd.DataFrame:
 
 
 def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
-    """Compare several bench folders side by side into `out` (compare.md/.csv/.json/.html); returns the html."""
+    """Compare several bench folders side by side into `out`: compare.md/.html, the overall table
+    (compare.csv/.json), per level (compare_levels.*), best speedup by step and the head-to-head on the shared
+    (task, seed) runs (compare_steps.*, compare_reach.*, compare_best_vs_step.png). Returns the html."""
     benches = [rd.load_bench(Path(d)) for d in bench_dirs]
     names = [b.name for b in benches]
     if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
@@ -346,27 +360,115 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     table = compare_table(benches)
     _write_table(table, out, "compare")
+    levels = rd.level_order({str(v) for b in benches for v in b.runs["level"]} - {rd.ALL})
+    by_level = _concat([compare_table(benches, level) for level in levels])
+    _write_table(by_level, out, "compare_levels")
     warnings = [w for b in benches for w in (f"{b.name}: {x}" for x in warnings_for(b))]
     if len({h for b in benches for h in [dict(header_items(b))["GPU"]]}) > 1:
         warnings.insert(0, "the folders were measured on different GPUs: compare speedups with care.")
     tracks = sorted(set(table["precision_policy"]), key=lambda t: (t != rd.STRICT, t)) if len(table) else []
     warnings[:0] = _precision_warnings(tracks)
+    sections = []
+    for track in tracks:
+        sections.append(
+            (
+                f"all levels, mean over seeds, precision policy {track}",
+                _rounded(table[table["precision_policy"] == track].drop(columns="level")).set_index(
+                    ["bench", "policy"]
+                ),
+            )
+        )
+        for level in levels:
+            part = by_level[(by_level["precision_policy"] == track) & (by_level["level"] == level)]
+            if len(part):
+                sections.append(
+                    (
+                        f"level {level}, precision policy {track}",
+                        _rounded(part.drop(columns="level")).set_index(["bench", "policy"]),
+                    )
+                )
+    steps, reach, common = _step_comparison(benches)
+    _write_table(steps, out, "compare_steps")
+    _write_table(reach, out, "compare_reach")
+    figures = []
+    if len(steps):
+        lines = {arm: steps[steps["arm"] == arm] for arm in dict.fromkeys(steps["arm"])}
+        figure = reportplots.step_curves(
+            lines, out / "compare_best_vs_step.png", "best speedup vs step (shared runs)"
+        )
+        figures.append(
+            (figure, f"Best speedup vs step, geometric mean over the {common} runs all arms share")
+        )
+        pivot = steps.pivot(index="step", columns="arm", values="geomean_best_x")[list(lines)]
+        sections.append(
+            (f"best speedup over eager by step, geomean over the {common} shared runs", _rounded(pivot))
+        )
+    if len(reach):
+        sections.append(
+            (
+                f"which arm reaches the shared best first (within {rd.REACH_WITHIN:.0%}, runs where a kernel beat "
+                "eager)",
+                _rounded(reach).set_index("arm"),
+            )
+        )
     page = reporthtml.Page(
         title="htam-graph bench comparison",
         header=[(b.name, ", ".join(f"{k}: {v}" for k, v in header_items(b)[:8])) for b in benches],
         warnings=warnings,
-        definitions=list(rd.DEFINITIONS),
-        sections=[
-            (
-                f"all levels, mean over seeds, precision policy {track}",
-                _rounded(table[table["precision_policy"] == track]).set_index(["bench", "policy"]),
-            )
-            for track in tracks
-        ],
+        definitions=[*rd.DEFINITIONS, *COMPARE_DEFINITIONS],
+        sections=sections,
         extra=[],
-        figures=[],
+        figures=figures,
     )
     (out / "compare.md").write_text(reporthtml.markdown(page), encoding="utf-8")
     html = out / "compare.html"
     html.write_text(reporthtml.html(page), encoding="utf-8")
     return html
+
+
+COMPARE_DEFINITIONS = (
+    "An arm is one (bench folder, policy, precision policy). The step tables use only the (task, seed) runs every "
+    "arm has, so the arms are compared on the same tasks.",
+    f"Reaching the shared best: a run's shared best is the highest final best speedup any arm found for that "
+    f"(task, seed); an arm reaches it at the first step whose best is within {rd.REACH_WITHIN:.0%} of it. Runs "
+    "where no arm beat eager are left out; mean steps are over the runs every arm reached.",
+)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    import pandas as pd
+
+    frames = [f for f in frames if len(f)]
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["level", "precision_policy"])
+    )
+
+
+def _step_comparison(benches: Sequence[rd.Bench]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Best-by-step curves (columns arm, step, geomean_best_x) and the reach table over the (task, seed) runs
+    every arm has, and how many runs that is. Each precision track of a bench is its own arm."""
+    import pandas as pd
+
+    horizon = max((int(b.steps["step"].max()) for b in benches if len(b.steps)), default=0)
+    arms: dict[str, dict[tuple[str, int], list[float]]] = {}
+    for bench in benches:
+        tracks = rd.precision_tracks(bench.runs) if "precision_policy" in bench.runs else [None]
+        for track in tracks:
+            runs = bench.runs if track is None else bench.runs[bench.runs["precision_policy"] == track]
+            sub = rd.Bench(bench.path, bench.name, bench.config, runs, bench.steps)
+            for (task, policy, seed), curve in rd.run_curves(sub, horizon=horizon).items():
+                label = f"{bench.name} / {policy}" + ("" if track in (None, rd.STRICT) else f" / {track}")
+                arms.setdefault(label, {})[(task, seed)] = curve
+    if not arms:
+        return pd.DataFrame(columns=["arm", "step", "geomean_best_x"]), rd.reach_table({}), 0
+    common = set.intersection(*(set(c) for c in arms.values()))
+    rows = [
+        {"arm": arm, "step": t, "geomean_best_x": rd.geomean([curves[run][t] for run in common])}
+        for arm, curves in arms.items()
+        for t in range(horizon + 1)
+        if common
+    ]
+    steps = pd.DataFrame(rows, columns=["arm", "step", "geomean_best_x"])
+    return steps, rd.reach_table(arms), len(common)

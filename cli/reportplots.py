@@ -74,15 +74,20 @@ def speedup_distribution(bench: Bench, path: Path) -> Path:
 def best_vs_step(bench: Bench, path: Path) -> Path:
     """Geometric mean over runs of the best speedup over eager reached by each step, one line per policy."""
     curve = best_by_step(bench)
+    lines = {p: curve[curve["policy"] == p] for p in policy_order(curve["policy"])}
+    return step_curves(lines, path, "best speedup vs step")
+
+
+def step_curves(lines: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
+    """One line per label: `geomean_best_x` against `step`."""
     fig = _figure(5.5, 3.6)
     ax = fig.subplots()
-    for policy in policy_order(curve["policy"]):
-        part = curve[curve["policy"] == policy]
-        ax.plot(part["step"], part["geomean_best_x"], marker="o", label=policy)
+    for label, part in lines.items():
+        ax.plot(part["step"], part["geomean_best_x"], marker="o", label=label)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("step")
     ax.set_ylabel("best speedup over eager (geomean over runs)")
-    ax.set_title("best speedup vs step")
+    ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     return _save(fig, path)

@@ -241,3 +241,87 @@ def test_bad_inputs_are_one_line_exit_1(tmp_path: Path) -> None:
     (bad / "results.jsonl").write_text("")
     result = invoke("report", str(bad))
     assert result.exit_code == 1 and "holds no finished run" in result.output
+
+
+def _traj(*bests: float) -> list[dict[str, Any]]:
+    """A trajectory whose best-so-far after step k is bests[k-1] (improved when it rises, else correct)."""
+    rows, before = [], 1.0
+    for k, best in enumerate(bests, start=1):
+        rows.append({"step": k, "global": "fusion", "local": "fusion.elementwise_chain",
+                     "status": "improved" if best > before else "correct", "speedup_x": best,
+                     "best_speedup_x": best, "gain": math.log(best / before)})  # fmt: skip
+        before = best
+    return rows
+
+
+def test_compare_steps_levels_and_who_reaches_the_best_first(tmp_path: Path) -> None:
+    alpha = make_bench(tmp_path / "alpha", [
+        run(A, "htam", 0, 100, 75, 50, best_step=2, traj=_traj(1.5, 2.0, 2.0)),
+        run(B, "htam", 0, 300, 100, 100, best_step=3, traj=_traj(1.2, 1.2, 3.0)),
+        run(C, "htam", 0, 400, 200, 100, best_step=1, traj=_traj(4.0)),  # only alpha has C: not compared
+        run(D, "htam", 0, 400, 200, None),
+    ])  # fmt: skip
+    beta = make_bench(tmp_path / "beta", [
+        run(A, "random", 0, 100, 75, 100 / 1.98, best_step=2, traj=_traj(1.0, 1.98, 1.98)),
+        run(B, "random", 0, 300, 100, 100, best_step=1, traj=_traj(3.0, 3.0, 3.0)),
+        run(D, "random", 0, 400, 200, None),
+    ])  # fmt: skip
+    out = tmp_path / "cmp"
+    result = invoke("report", str(alpha), str(beta), "--out", str(out))
+    assert result.exit_code == 0, result.output
+
+    levels = records(out / "compare_levels.json")
+    assert {(r["bench"], r["level"]) for r in levels} == {
+        (b, lv) for b in ("alpha", "beta") for lv in ("1", "2")
+    }
+    assert row(levels, bench="alpha", level="1")["geomean_eager_x"] == pytest.approx(math.sqrt(2.0 * 3.0))
+    assert row(levels, bench="beta", level="2")["tasks"] == 1  # D only
+
+    # best by step over the three shared runs (A, B, D; D stays at the reference's 1.0)
+    steps = records(out / "compare_steps.json")
+    curve = {(r["arm"], r["step"]): r["geomean_best_x"] for r in steps}
+    assert curve[("alpha / htam", 0)] == curve[("beta / random", 0)] == 1.0
+    assert curve[("alpha / htam", 1)] == pytest.approx((1.5 * 1.2) ** (1 / 3))
+    assert curve[("alpha / htam", 3)] == pytest.approx(6.0 ** (1 / 3))
+    assert curve[("beta / random", 1)] == pytest.approx(3.0 ** (1 / 3))
+    assert curve[("beta / random", 2)] == pytest.approx((1.98 * 3.0) ** (1 / 3))
+
+    # A: shared best 2.0, both within 2 % at step 2 (1.98 >= 2/1.02): a tie; B: best 3.0, beta at step 1 and
+    # alpha at step 3; D: nobody beat eager, left out
+    reach = {r["arm"]: r for r in records(out / "compare_reach.json")}
+    assert reach["alpha / htam"] == {"arm": "alpha / htam", "runs_compared": 2, "reached_best": 2,
+                                     "first_alone": 0, "tied_first": 1,
+                                     "mean_steps_to_best_when_all_reach": 2.5}  # fmt: skip
+    assert reach["beta / random"]["first_alone"] == 1 and reach["beta / random"]["tied_first"] == 1
+    assert reach["beta / random"]["mean_steps_to_best_when_all_reach"] == 1.5
+    assert (out / "compare_best_vs_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "compare.md").read_text(encoding="utf-8")
+    assert "geomean over the 3 shared runs" in md and "level 2, precision policy fp32-strict" in md
+
+
+def test_reach_counts_an_arm_that_never_gets_there() -> None:
+    from htam_graph.cli.reportdata import reach_table
+
+    arms = {"x": {("t", 0): [1.0, 1.2, 1.2], ("u", 0): [1.0, 1.0, 1.0]},
+            "y": {("t", 0): [1.0, 1.0, 1.1], ("u", 0): [1.0, 1.0, 1.0], ("only_y", 0): [1.0, 5.0, 5.0]}}  # fmt: skip
+    table = {r["arm"]: r for r in reach_table(arms).to_dict("records")}
+    assert table["x"]["runs_compared"] == 1  # t only: u never beat eager, only_y is not shared
+    assert (table["x"]["reached_best"], table["x"]["first_alone"]) == (1, 1)
+    assert (table["y"]["reached_best"], table["y"]["first_alone"]) == (0, 0)
+    assert math.isnan(table["x"]["mean_steps_to_best_when_all_reach"])  # y never reached it
+
+
+def test_report_reads_a_gzipped_bank_kept_in_memory_bank(tmp_path: Path) -> None:
+    import gzip
+
+    folder = tmp_path / "kept"
+    shutil.copytree(SAMPLE, folder, ignore=shutil.ignore_patterns("report", "__pycache__", "*.py", "memory"))
+    (folder / "memory_bank").mkdir()
+    plain = SAMPLE / "memory" / "bank.jsonl"
+    (folder / "memory_bank" / "b.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    manifest = json.loads((SAMPLE / "memory" / "bank.jsonl.manifest.json").read_text(encoding="utf-8"))
+    (folder / "memory_bank" / "b.jsonl.gz.manifest.json").write_text(
+        json.dumps({**manifest, "jsonl": "b.jsonl.gz"})
+    )
+    write_report(folder)
+    assert (folder / "report" / "memory_transition_heatmap.png").stat().st_size > 5000
