@@ -9,13 +9,18 @@ the GPU. The harness window contains the host's launch path and the wake-up from
 slower host shows up as a slower kernel. The H200 bench of NOTES §12 suggests Python-launched Triton kernels
 (Inductor's and the rules library's) suffer from this and ATen's eager kernels do not; this run tests that.
 
+With `--first-table-only --json-out FILE`, only the first table is measured, and each task's row is appended to
+FILE as it finishes (a cut run keeps what it measured): the dev-split sweep of NOTES §13, one process per GPU.
+
 Usage (GPU machine):
     python benchmarks/compile_gap.py KERNELBENCH_DIR [--cpu-load N] level1/40_LayerNorm.py level1/88_MinGPTNewGelu.py ...
+    python benchmarks/compile_gap.py KERNELBENCH_DIR --first-table-only --json-out rows.jsonl TASK ...
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import statistics
 import time
@@ -106,6 +111,12 @@ def main() -> None:
     parser.add_argument("kernelbench", type=Path)
     parser.add_argument("tasks", nargs="+", help="task files relative to KERNELBENCH")
     parser.add_argument("--cpu-load", type=int, default=0, help="busy processes during a third harness pass")
+    parser.add_argument(
+        "--first-table-only", action="store_true", help="skip the launch-counter and load passes"
+    )
+    parser.add_argument(
+        "--json-out", type=Path, help="append each task's first-table row to this JSON Lines file"
+    )
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -120,16 +131,28 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     for rel in args.tasks:
-        r = _time(kb / rel, counter_installed=False)
+        try:
+            r = _time(kb / rel, counter_installed=False)
+        except Exception as e:  # one task's failure (an Inductor error, OOM) must not end the sweep
+            print(f"| {rel} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''} |")
+            torch.cuda.empty_cache()
+            continue
         ratios.append(r["h_compile"] / r["db_compile"])
+        if args.json_out is not None:
+            with args.json_out.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"task": rel, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                                    **r}) + "\n")  # fmt: skip
         print(
             f"| {rel} | {r['db_eager']:.1f} | {r['db_compile']:.1f} | {r['h_eager']:.1f} | {r['h_compile']:.1f} "
             f"| {r['q_eager']:.1f} | {r['q_compile']:.1f} | {r['warm_s']:.1f} |",
             flush=True,
         )
-    print(
-        f"\nharness/do_bench compile ratio: median {statistics.median(ratios):.3f} over {len(ratios)} tasks\n"
-    )
+    if ratios:
+        print(
+            f"\nharness/do_bench compile ratio: median {statistics.median(ratios):.3f} over {len(ratios)} tasks\n"
+        )
+    if args.first_table_only:
+        return
     guards.LaunchCounter().install()
     print("With the worker's launch counter installed (harness protocol, then the head-start protocol):\n")
     _load_table(kb, args.tasks)
