@@ -67,3 +67,49 @@ def test_bench_runs_a_robust_kbench_path(htam_settings: Settings, tmp_path: Path
     assert [(r["task"], r["status"]) for r in rows] == [("robust-kbench/layernorm", "done")], rows
     assert json.loads((out_dir / "bench.json").read_text())["task_keys"] == ["robust-kbench/layernorm"]
     assert (out_dir / "report" / "report.md").is_file()
+
+
+H200_BANK = (
+    Path(__file__).resolve().parents[2] / "results/h200/bench_htam4_2026-11-30/memory_bank/htam_bank.jsonl.gz"
+)
+
+
+def _counts(settings: Settings) -> dict[str, int]:
+    code, out = _invoke(settings, "memory", "show", "--json")
+    assert code == 0, out
+    shown = json.loads(out)
+    return {**shown["labels"], **shown["relationships"]}
+
+
+def test_transfer_study_on_the_h200_kernelbench_bank(htam_settings: Settings, tmp_path: Path) -> None:
+    """The paper's cross-benchmark setting: the bank the H200 KernelBench bench learned (committed in results/),
+    imported, then the Robust-KBench task benched with --frozen-memory (the bank is read, never written) and
+    then without (the run's attempts join the bank)."""
+    code, out = _invoke(htam_settings, "memory", "import", str(H200_BANK))
+    assert code == 0, out
+    bank = _counts(htam_settings)
+    assert bank["Attempt"] == 410 and bank["TRANSITION"] >= 70  # the bench's 410 attempts (+ seed priors)
+
+    common = [
+        "bench",
+        "--tasks",
+        str(SAMPLE),
+        "--steps",
+        "1",
+        "--device",
+        "cpu",
+        "--shape",
+        "smoke",
+        "--json",
+    ]
+    code, out = _invoke(htam_settings, *common, "--frozen-memory", "--out", str(tmp_path / "frozen"))
+    assert code == 0, out
+    (row,) = [json.loads(x) for x in (tmp_path / "frozen" / "results.jsonl").read_text().splitlines()]
+    assert row["status"] == "done" and len(row["trajectory"]) == 1
+    # frozen: no experience written (the task itself is registered, like `tasks import`)
+    assert _counts(htam_settings) == {**bank, "Task": bank["Task"] + 1}
+
+    code, out = _invoke(htam_settings, *common, "--out", str(tmp_path / "learning"))
+    assert code == 0, out
+    after = _counts(htam_settings)
+    assert after["Attempt"] == bank["Attempt"] + 1 and after["Run"] == bank["Run"] + 1
