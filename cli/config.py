@@ -40,7 +40,9 @@ def build_settings(
         if env.get(var):
             values[field] = env[var]
     values.update({k: v for k, v in flags.items() if v is not None})
-    if values.get("graph_uri") and not str(values["graph_uri"]).startswith(("neo4j://", "neo4j+s://", "neo4j+ssc://", "bolt://", "bolt+s://", "bolt+ssc://")):
+    if values.get("graph_uri") and not str(values["graph_uri"]).startswith(
+        ("neo4j://", "neo4j+s://", "neo4j+ssc://", "bolt://", "bolt+s://", "bolt+ssc://")
+    ):
         raise ConfigError(f"--graph must be a neo4j:// or bolt:// URI, got {values['graph_uri']!r}")
     try:
         return Settings(**values)
