@@ -351,15 +351,14 @@ def transition_table(steps: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def best_by_step(bench: Bench, tasks: set[str] | None = None, horizon: int | None = None) -> pd.DataFrame:
+def best_by_step(bench: Bench) -> pd.DataFrame:
     """Geometric mean over runs of the best speedup over eager reached by step t (t = 0: the reference, 1.0),
-    per policy, over the runs of `tasks` (default: all). A run's best is carried forward after its last step;
-    a failed run stays at 1.0."""
+    per policy. A run's best is carried forward after its last step; a failed run stays at 1.0."""
     import pandas as pd
 
     rows = [
         {"policy": policy, "step": t, "best_x": best}
-        for (_task, policy, _seed), curve in run_curves(bench, tasks, horizon).items()
+        for (_task, policy, _seed), curve in run_curves(bench).items()
         for t, best in enumerate(curve)
     ]
     if not rows:
@@ -369,9 +368,7 @@ def best_by_step(bench: Bench, tasks: set[str] | None = None, horizon: int | Non
     return out.reset_index()
 
 
-def run_curves(
-    bench: Bench, tasks: set[str] | None = None, horizon: int | None = None
-) -> dict[tuple[str, str, int], list[float]]:
+def run_curves(bench: Bench, horizon: int | None = None) -> dict[tuple[str, str, int], list[float]]:
     """Per run (task, policy, seed): the best speedup over eager reached by step t, for t = 0 (the reference,
     1.0) to `horizon` (default: the bench's last step), carried forward after the run's last step."""
     if horizon is None:
@@ -383,8 +380,6 @@ def run_curves(
     for task, policy, seed in (
         bench.runs[["task", "policy", "seed"]].drop_duplicates().itertuples(index=False)
     ):
-        if tasks is not None and task not in tasks:
-            continue
         by_step = by_run.get((str(task), str(policy), int(seed)), {})
         best, curve = 1.0, []
         for t in range(horizon + 1):

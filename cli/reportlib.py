@@ -274,19 +274,16 @@ def bank_transitions(folder: Path) -> pd.DataFrame | None:
     """Observed TRANSITION edges (not seed priors) of the memory bank exported into `folder` (the first
     `*.jsonl` or `*.jsonl.gz` with a manifest), summed over GPU archs: src, dst, count, mean_gain. None when
     there is no bank."""
-    import gzip
-
     import pandas as pd
 
+    from htam_graph import bank
+
     found = [*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]
-    banks = sorted(p for p in found if p.with_name(p.name + ".manifest.json").exists())
+    banks = sorted(p for p in found if bank.manifest_path(p).exists())
     if not banks:
         return None
-    data = banks[0].read_bytes()
     rows = []
-    for line in (
-        (gzip.decompress(data) if banks[0].name.endswith(".gz") else data).decode("utf-8").splitlines()
-    ):
+    for line in bank.read_bank_bytes(banks[0]).decode("utf-8").splitlines():
         obj = json.loads(line) if line.strip() else {}
         props = obj.get("properties") or {}
         if obj.get("label") == "TRANSITION" and props.get("gpu_arch") != "prior" and props.get("count"):

@@ -296,15 +296,20 @@ def _read_manifest(path: Path) -> Manifest:
     return manifest
 
 
-def _read_plan(path: Path, manifest: Manifest) -> _Plan:
+def read_bank_bytes(path: Path) -> bytes:
+    """The bank's JSON Lines bytes, decompressed when `path` ends in .gz; BankFormatError (one line) when the
+    file cannot be read or its gzip data is corrupt."""
     try:
         data = path.read_bytes()
-        if _is_gzip(path):
-            data = gzip.decompress(data)
+        return gzip.decompress(data) if _is_gzip(path) else data
     except OSError as e:  # gzip.BadGzipFile is an OSError
         raise BankFormatError(f"{path}: cannot read the bank: {e}") from e
     except (EOFError, zlib.error) as e:
         raise BankFormatError(f"{path}: truncated or corrupt gzip data: {e}") from e
+
+
+def _read_plan(path: Path, manifest: Manifest) -> _Plan:
+    data = read_bank_bytes(path)
     if hashlib.sha256(data).hexdigest() != manifest.sha256:
         raise BankFormatError(f"{path}: sha256 does not match the manifest (corrupt, truncated or edited)")
     nodes: dict[str, dict[str, dict[str, Any]]] = {}
