@@ -16,7 +16,8 @@ import click
 )
 def report(dirs: tuple[Path, ...], out: Path | None) -> None:
     """Tables (Markdown, CSV, JSON), figures (PNG) and one self-contained report.html for a bench folder
-    written by `htam-graph bench`. With several folders, a comparison keyed by folder and policy."""
+    written by `htam-graph bench`. With several folders, a comparison keyed by folder and policy: overall and
+    per-level tables, best speedup by step on the runs they share, and which reaches the shared best first."""
     from htam_graph.cli.reportlib import write_compare, write_report
 
     if len(dirs) == 1:
