@@ -1,6 +1,7 @@
 """Why torch.compile times ~10 % slower in the harness than in h200_baselines.jsonl (NOTES §9): one process, alone
 on one GPU, per task: eager and torch.compile timed by triton's do_bench (the file's method) and by the harness's
-protocol (kernels_runtime.timing.time_interleaved: L2 flush, device synchronise in the window, median of 20),
+protocol before 2026-12-01 (kernels_runtime.timing.time_interleaved with protocol=SYNC_IN_WINDOW: L2 flush, device
+synchronise in the window, median of 20; the runtime now uses the head-start protocol, this script's "head-start"),
 then the harness protocol again with the worker's launch counter installed. Prints a Markdown table.
 
 With `--cpu-load N`, the harness protocol runs a third time while N busy-looping processes load the host's CPUs.
@@ -82,7 +83,9 @@ def _time(path: Path, counter_installed: bool) -> dict[str, float]:
         if not counter_installed:
             for name, fn in fns.items():
                 out[f"db_{name}"] = triton.testing.do_bench(fn, return_mode="median") * 1e3
-        h = timing.time_interleaved(fns, torch.device("cuda"), runs=20, warmup=3)
+        h = timing.time_interleaved(
+            fns, torch.device("cuda"), runs=20, warmup=3, protocol=timing.SYNC_IN_WINDOW
+        )
         for name in fns:
             out[f"h_{name}"] = h.median_us(name)
             out[f"q_{name}"] = _queued_median_us(fn=fns[name])

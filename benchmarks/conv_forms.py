@@ -1,8 +1,8 @@
 """Where do the convolution-heavy tasks lose time, and which formulation of the same op is faster on this GPU?
 
-An exploration run, one process on an otherwise idle GPU, fp32 with TF32 off, timed with the harness protocol
-(kernels_runtime.timing.time_interleaved: L2 flushed before each call, device synchronise in the window, median
-of 20 after 3 warm-ups). Every alternative is checked against the library op it replaces (max abs error printed;
+An exploration run, one process on an otherwise idle GPU, fp32 with TF32 off, timed with the runtime's protocol
+(kernels_runtime.timing.time_interleaved: L2 flushed before each call, median of 20 after 3 warm-ups; the results
+of 2026-11-30 were taken with the older sync-in-window protocol, now `protocol=SYNC_IN_WINDOW`). Every alternative is checked against the library op it replaces (max abs error printed;
 the loop's evaluator applies rtol = atol = 1e-4 to whole tasks).
 
 Sections (each prints a Markdown table):

@@ -66,7 +66,9 @@ def baseline(
         for row in rows:
             p = row["props"]
             comp = "-" if p["compile_us"] is None else f"{p['compile_us']:,.1f} µs"
-            flag = " (CPU timing)" if p["timing_on_cpu"] else ""
+            flag = (
+                " (CPU timing)" if p["timing_on_cpu"] else f" ({p['timing_method'].replace('_', '-')} timing)"
+            )
             click.echo(
                 f"{row['task_key']}: eager {p['eager_us']:,.1f} µs, torch.compile {comp} on {p['gpu_name'] or p['gpu_arch']}{flag}"
             )

@@ -86,7 +86,11 @@ def render(result: EvalResult, candidate: str, task_key: str) -> None:
     if result.task_degenerate:
         console.print("[yellow]task degenerate: a win on it is not counted[/]")
     if result.runtime_us is not None:
-        where = "CPU perf_counter (not a GPU claim)" if result.timing_on_cpu else "CUDA events, L2 flushed"
+        where = (
+            "CPU perf_counter (not a GPU claim)"
+            if result.timing_on_cpu
+            else f"CUDA events, L2 flushed, {result.timing_method.replace('_', '-') or 'protocol unknown'}"
+        )
         console.print(
             f"candidate {_fmt_us(result.runtime_us)} (IQR {_fmt_us(result.runtime_spread_us)}), "
             f"eager {_fmt_us(result.ref_eager_us)}, torch.compile {_fmt_us(result.ref_compile_us)}  [{where}]"

@@ -67,6 +67,7 @@ def baseline_row(request: EvalRequest, result: EvalResult, now_ms: int | None = 
         "compile_us": result.ref_compile_us,
         "torch_version": result.torch_version,
         "timing_on_cpu": result.timing_on_cpu,
+        "timing_method": result.timing_method,
         "timing_runs": request.timing_runs,
         "measured_ms": int(time.time() * 1000) if now_ms is None else now_ms,
     }

@@ -24,6 +24,7 @@ ALL_CHECKS = (
     "task_configs",
     "deterministic_rerun",
     "output_not_trivial",
+    "caller_stream",
     "device_sync",
     "recheck_after_timing",
     "speed_of_light",

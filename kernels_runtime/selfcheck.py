@@ -69,6 +69,7 @@ def _row(name: str, result: EvalResult) -> dict[str, Any]:
         "compile_s": result.compile_s,
         "wall_s": result.wall_s,
         "task_degenerate": result.task_degenerate,
+        "timing_method": result.timing_method,
         "gpu": result.gpu_name,
         "excerpt": result.error_excerpt[:400],
     }
@@ -171,7 +172,7 @@ def baselines(
     tasks: Sequence[str],
     deadline: Deadline,
     compile_too: bool,
-    timing_runs: int = 10,
+    timing_runs: int = 20,
     device: str = "cuda",
     shape: str = "default",
 ) -> list[dict[str, Any]]:
@@ -211,7 +212,9 @@ def baselines(
                     row["compile_us"] = r.ref_compile_us
                     row["compile_note"] = r.checks.get("baseline_compile", "")[:200]
                 row.update(eager_us=r.ref_eager_us, eager_iqr_us=r.runtime_spread_us, self_speedup_x=r.speedup_eager_x,
-                           error_kind=r.error_kind.value if r.error_kind else None, task_degenerate=r.task_degenerate)  # fmt: skip
+                           error_kind=r.error_kind.value if r.error_kind else None, task_degenerate=r.task_degenerate,
+                           timing_method=r.timing_method, device_sync=r.checks.get("device_sync", "")[:200],
+                           caller_stream=r.checks.get("caller_stream", "")[:200])  # fmt: skip
                 ref = known.get(t)
                 if ref:
                     row["h200_eager_us"] = ref["eager_ms"] * 1e3
@@ -265,6 +268,7 @@ def summary_markdown(report: dict[str, Any]) -> str:
             f"eager ratio (ours / do_bench) geomean {geomean(eager)}, compile ratio geomean {geomean(comp)}"
         )
         lines.append(
-            "Protocol difference: we flush L2 and synchronise the device inside every timed window; do_bench did not flush explicitly."
+            "Protocol: L2 flushed before every call, head start on the caller's stream, CUDA events around the call, "
+            "device-wide synchronise after the end event (kernels_runtime/timing.py); do_bench runs calls back to back."
         )
     return "\n".join(lines) + "\n"

@@ -9,8 +9,8 @@ run still reports). Sections run most important first and are skipped, saying so
 htam_graph.kernels_runtime.selfcheck): reference-as-candidate noise floor on ~10 level1/level2 tasks, the
 hand-written Triton and CUDA candidates (CUDA pre-built in parallel; first and warm evaluation), every adversarial
 candidate (must be rejected with its expected kind), and eager/torch.compile baselines of the level1/level2 dev
-tasks against h200_baselines.jsonl while the budget lasts (eager for all tasks first, then torch.compile; baselines
-use 10 timing runs instead of 20 to fit the budget). Exit code 0 when every adversarial file was rejected as
+tasks against h200_baselines.jsonl while the budget lasts (one pass: eager and torch.compile timed interleaved in
+one process per task, 20 timed runs each). Exit code 0 when every adversarial file was rejected as
 expected and every good candidate passed, 1 otherwise.
 """
 

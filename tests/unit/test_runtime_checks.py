@@ -246,3 +246,100 @@ def test_recorder_records_every_check_and_first_failure_wins() -> None:
         task_key="t", task_source="", candidate_source="", precision_policy=PrecisionPolicy.BF16, atol=0.5
     )
     assert tolerances(loose) == (1e-2, 0.5)
+
+
+def _trace(*events: tuple[str, str, int, float, float]) -> dict[str, object]:
+    """A Kineto chrome trace with (category, name, stream, start µs, duration µs) GPU events."""
+    return {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "ts": ts,
+                "dur": dur,
+                "args": {"device": 0, "stream": stream},
+            }
+            for cat, name, stream, ts, dur in events
+        ]
+        + [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0.0, "dur": 5.0, "args": {}}]
+    }
+
+
+START = ("kernel", "spin_kernel(long)", 7, 1000.0, 1000.0)  # the head-start marker: 1000-2000 µs
+END = ("kernel", "spin_kernel(long)", 7, 2100.0, 1.0)  # the end marker, queued after the call
+
+
+def test_stream_audit_accepts_work_inside_the_callers_window() -> None:
+    ok = timing.streams_of_trace(
+        _trace(
+            START, ("kernel", "tanh_kernel", 7, 2001.0, 50.0), ("gpu_memset", "Memset", 7, 2060.0, 2.0), END
+        )
+    )
+    assert ok.observed and ok.caller == 7 and ok.activities == 2 and ok.problem() is None
+    # cuDNN's transposed-convolution engines: other streams, forked after the start and joined before the end.
+    forked = timing.streams_of_trace(
+        _trace(
+            START,
+            ("kernel", "fft2d_r2c_32x32", 13, 2002.0, 40.0),
+            ("kernel", "setTensor", 7, 2050.0, 5.0),
+            END,
+        )
+    )
+    assert forked.problem() is None and forked.other_streams == 1 and "forked and joined" in forked.describe()
+
+
+def test_stream_audit_flags_work_outside_the_window() -> None:
+    early = timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 1010.0, 30.0), END))
+    problem = early.problem()
+    assert (
+        problem is not None
+        and "1 of 1" in problem
+        and "tanh_kernel (stream 13) started before the start" in problem
+    )
+    late = timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 2001.0, 500.0), END))
+    assert "ended after the end" in (late.problem() or "")
+    # Fewer than two markers: the profiler saw no GPU activity of ours (no CUPTI), so the audit vouches for nothing.
+    blind = timing.streams_of_trace(_trace(("kernel", "tanh_kernel", 13, 0.0, 1.0)))
+    assert not blind.observed and blind.problem() is None
+    assert not timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 7, 2001.0, 5.0))).observed
+
+
+def test_head_start_covers_the_host_launch_within_bounds() -> None:
+    assert timing.head_start_us([]) == timing.HEAD_START_MIN_US
+    assert (
+        timing.head_start_us([10.0, 12.0, 11.0]) == timing.HEAD_START_MIN_US
+    )  # fast launches: the 1 ms floor
+    assert timing.head_start_us([900.0, 1000.0, 1100.0]) == pytest.approx(3000.0)
+    assert timing.head_start_us([1e6]) == timing.HEAD_START_MAX_US
+
+
+def test_timings_say_how_they_were_taken() -> None:
+    t = timing.Timings(samples_us={"cand": [10.0] * 4}, wall_us={"cand": [11.0] * 4}, protocol=timing.HEAD_START,
+                       head_start_us={"cand": 2500.0}, starved_runs={"cand": 1})  # fmt: skip
+    assert t.describe("cand").startswith("head start 2.5 ms, host launch outlasted it in 1/4 runs")
+    t = timing.Timings(samples_us={"cand": [10.0]}, wall_us={"cand": [11.0]}, protocol=timing.SYNC_IN_WINDOW)
+    assert t.describe("cand").startswith("sync-in-window")
+    cpu = timing.time_interleaved({"a": lambda: None}, CPU, 2, 0)
+    assert cpu.protocol == timing.CPU_PERF_COUNTER and cpu.describe("a") == "CPU: perf_counter"
+
+
+def test_a_launch_bound_call_costs_its_host_launch_time() -> None:
+    t = timing.Timings(samples_us={"a": [40.0] * 4, "b": [500.0] * 4}, wall_us={"a": [50.0] * 4, "b": [510.0] * 4},
+                       head_start_us={"a": 1000.0, "b": 1000.0}, launch_us={"a": [90.0, 100.0, 110.0], "b": [20.0] * 3})  # fmt: skip
+    assert (
+        t.time_us("a") == 100.0
+        and t.host_bound("a")
+        and "host-bound: launch 100.0 µs > GPU 40.0 µs" in t.describe("a")
+    )
+    assert t.time_us("b") == 500.0 and not t.host_bound("b") and "host-bound" not in t.describe("b")
+    assert (
+        timing.Timings(samples_us={"c": [7.0]}, wall_us={"c": [7.0]}).time_us("c") == 7.0
+    )  # not measured: events
+
+
+def test_a_call_that_blocks_on_the_device_counts_its_sync_in_window_time() -> None:
+    t = timing.Timings(samples_us={"a": [12700.0] * 20}, wall_us={"a": [12800.0] * 20}, head_start_us={"a": 47700.0},
+                       starved_runs={"a": 20}, launch_us={"a": [15600.0] * 3}, sync_in_window={"a"})  # fmt: skip
+    assert t.time_us("a") == 12700.0 and not t.host_bound("a")  # host work is already inside the window
+    assert "timed again sync-in-window" in t.describe("a") and "ran out in 20/20 runs" in t.describe("a")
