@@ -1,12 +1,15 @@
 #!/usr/bin/env python
-"""GPU check and benchmark of the runtime's timing protocol (kernels_runtime/timing.py), in one process, before a long run.
+"""GPU check and benchmark of the runtime's timing protocol (kernels_runtime/timing.py), in one process.
 
     python benchmarks/timing_protocol.py [KERNELBENCH_TASK.py ...]
 
-For a large matmul, a small elementwise op, a 20-kernel Python loop and the eager forward of any task files given: the head-start and sync-in-window medians
-next to triton's do_bench and events around 10 back-to-back calls, the host launch time, the head start chosen and the runs where the host launch outlasted it. Then the stream
-audit on the caller's stream and on a side stream (the second must list foreign work), and the wall cross-check
-for long side-stream work (must flag). Exit 1 when an audit or the cross-check says the wrong thing.
+For a large matmul, a small elementwise op, a 20-kernel Python loop and the eager forward of any task files given,
+a table in µs: triton's do_bench, events around 10 back-to-back calls, the head-start GPU time, the host launch
+time, the runtime's time (the larger of the two, or the sync-in-window re-time for callables that block on the
+device), the sync-in-window time, the head start measured and the runs where the host launch outlasted it.
+Then the stream audit: work on the caller's stream and a forked-and-joined side stream must pass; an unordered
+and an unjoined side stream must fail; long side-stream work must fail the wall cross-check. Exit 1 when an audit
+or the cross-check says the wrong thing. Run on the H200: results/h200/runtime/2026-11-30_head_start/.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ its best `triton.testing.do_bench` speed-up over eager (measured in the same tes
 no line, the FAILED lines of the logs are listed at the end), and torch.compile's speed-up over eager from the checkout's `h200_baselines.jsonl` (the same do_bench
 method, another process). Tasks with no passing kernel count as 1.0× (the loop returns the reference). The
 geomean over all tasks is therefore what the rules library could reach if the loop always picked the fastest
-passing kernel: an estimate under do_bench timing, not a bench result (the bench times with L2 flushes and a
-synchronise inside every window; see results/h200/NOTES.md).
+passing kernel: an estimate under do_bench timing, not a bench result (the benches of results/h200 were timed with
+L2 flushes and a synchronise inside every window, the runtime's protocol until 2026-11-30; see NOTES.md §13-14).
 """
 
 from __future__ import annotations
