@@ -17,7 +17,31 @@ from htam_graph.kernels_runtime.sharing import exclusive, shared
 from htam_graph.kernels_runtime.trials import TrialContext, attributed, run_trial, trial_seed, verify_guards
 from htam_graph.model import ErrorKind, EvalRequest
 
-__all__ = ["time_and_recheck"]
+__all__ = ["time_and_recheck", "timed_and_audited"]
+
+
+def timed_and_audited(
+    fns: dict[str, Callable[[], object]], req: EvalRequest, rec: Recorder, device: torch.device
+) -> timing.Timings:
+    """Time the callables (`fns["cand"]` is the candidate), then audit one candidate call's streams (GPU).
+
+    Work outside the caller's window is `hack_detected` (check `caller_stream`). When the profiler sees no GPU
+    activity (no CUPTI), the audit vouches for nothing and everything is timed again sync-in-window."""
+    t = timing.time_interleaved(fns, device, req.timing_runs, req.warmup_runs)
+    if t.on_cpu:
+        rec.skip("caller_stream", "CPU: one stream")
+        return t
+    # After the timed loop, so the profiler cannot perturb it; a side-stream candidate fails either way.
+    audit = timing.audit_streams(fns["cand"], t.head_start_us["cand"], t.cycles_per_us)
+    if audit.observed:
+        problem = audit.problem()
+        if problem:
+            raise CandidateFailure(ErrorKind.HACK_DETECTED, "caller_stream", problem)
+        rec.ok("caller_stream", audit.describe())
+        return t
+    rec.info("timing_fallback", "the profiler saw no GPU activity; timed again with sync-in-window")
+    rec.skip("caller_stream", "no GPU activity in the profiler; sync-in-window timing instead")
+    return timing.time_interleaved(fns, device, req.timing_runs, req.warmup_runs, timing.SYNC_IN_WINDOW)
 
 
 def time_and_recheck(
@@ -60,25 +84,7 @@ def time_and_recheck(
         phase("timing"),
         exclusive(ctx.device),
     ):  # alone on the GPU: no other bench worker's kernels inside the timed windows
-        t = timing.time_interleaved(fns, ctx.device, req.timing_runs, req.warmup_runs)
-        if not t.on_cpu:
-            # After the timed loop, so the profiler cannot perturb it; a side-stream candidate fails either way.
-            audit = timing.audit_streams(run_cand, t.head_start_us["cand"], t.cycles_per_us)
-            if audit.observed:
-                problem = audit.problem()
-                if problem:
-                    raise CandidateFailure(ErrorKind.HACK_DETECTED, "caller_stream", problem)
-                rec.ok("caller_stream", audit.describe())
-            else:  # no CUPTI: the head-start window cannot be vouched for; the device-wide sync goes back inside
-                rec.info(
-                    "timing_fallback", "the profiler saw no GPU activity; timed again with sync-in-window"
-                )
-                t = timing.time_interleaved(
-                    fns, ctx.device, req.timing_runs, req.warmup_runs, timing.SYNC_IN_WINDOW
-                )
-                rec.skip("caller_stream", "no GPU activity in the profiler; sync-in-window timing instead")
-        else:
-            rec.skip("caller_stream", "CPU: one stream")
+        t = timed_and_audited(fns, req, rec, ctx.device)
     rec.set(timing_method=t.protocol)
     verify_guards(ctx)
     if ctx.require_kernel and min(per_call) == 0:
