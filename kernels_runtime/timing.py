@@ -43,7 +43,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -210,24 +210,15 @@ class _CudaTimer:
         end.synchronize()
         self.cycles_per_us = cycles / max(start.elapsed_time(end) * 1e3, 1.0)
 
-    def launch_us(self, fn: Callable[[], object]) -> float:
-        """One warm-up call: host time to queue it (µs), after the GPU drained."""
+    def launch_us(self, fn: Callable[[], object], calls: int = 1) -> float:
+        """Host µs per call to queue `calls` back-to-back calls, after the GPU drained (1: a warm-up call)."""
         _cuda_sync()
         h0 = _perf_counter()
-        fn()
-        h1 = _perf_counter()
-        _cuda_sync()
-        return (h1 - h0) * 1e6
-
-    def burst_launch_us(self, fn: Callable[[], object]) -> float:
-        """Host µs per call of LAUNCH_BURST back-to-back calls, after the GPU drained."""
-        _cuda_sync()
-        h0 = _perf_counter()
-        for _ in range(LAUNCH_BURST):
+        for _ in range(calls):
             fn()
         h1 = _perf_counter()
         _cuda_sync()
-        return (h1 - h0) * 1e6 / LAUNCH_BURST
+        return (h1 - h0) * 1e6 / calls
 
     def __call__(self, fn: Callable[[], object], head_start: float) -> tuple[float, float, float, bool]:
         """(event µs, host wall µs of the same window, the head start's µs, whether the host launch outlasted
@@ -269,6 +260,14 @@ def _cpu_timer(fn: Callable[[], object]) -> tuple[float, float]:
     return dt, dt
 
 
+def _rotations(names: list[str], runs: int) -> Iterator[str]:
+    """The callables of `runs` rounds, each round in order rotated by one, so clock and thermal drift hit all of
+    them alike."""
+    for r in range(runs):
+        k = r % len(names)
+        yield from names[k:] + names[:k]
+
+
 def time_interleaved(
     fns: Mapping[str, Callable[[], object]],
     device: torch.device,
@@ -284,12 +283,10 @@ def time_interleaved(
                 fns[name]()
         cpu = Timings(samples_us={n: [] for n in names}, wall_us={n: [] for n in names}, on_cpu=True,
                       protocol=CPU_PERF_COUNTER)  # fmt: skip
-        for r in range(runs):
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                event_us, wall_us = _cpu_timer(fns[name])
-                cpu.samples_us[name].append(event_us)
-                cpu.wall_us[name].append(wall_us)
+        for name in _rotations(names, runs):
+            event_us, wall_us = _cpu_timer(fns[name])
+            cpu.samples_us[name].append(event_us)
+            cpu.wall_us[name].append(wall_us)
         return cpu
     timer = _CudaTimer(device, protocol)
     head: dict[str, float] = {}
@@ -298,21 +295,19 @@ def time_interleaved(
         launches = [timer.launch_us(fns[name]) for _ in range(warmup)]
         head[name] = head_start_us(launches[1:] or launches)  # the first call may compile or autotune
         if protocol == HEAD_START:
-            bursts[name] = [timer.burst_launch_us(fns[name]) for _ in range(LAUNCH_BURSTS)]
+            bursts[name] = [timer.launch_us(fns[name], LAUNCH_BURST) for _ in range(LAUNCH_BURSTS)]
     _cuda_sync()
     if protocol == HEAD_START:
         timer.calibrate()
     result = Timings(samples_us={n: [] for n in names}, wall_us={n: [] for n in names}, protocol=protocol,
                      starved_runs={n: 0 for n in names}, launch_us=bursts)  # fmt: skip
     slept: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(runs):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            event_us, wall_us, sleep_us, starved = timer(fns[name], head[name])
-            slept[name].append(sleep_us)
-            result.samples_us[name].append(event_us)
-            result.wall_us[name].append(wall_us)
-            result.starved_runs[name] += int(starved)
+    for name in _rotations(names, runs):
+        event_us, wall_us, sleep_us, starved = timer(fns[name], head[name])
+        slept[name].append(sleep_us)
+        result.samples_us[name].append(event_us)
+        result.wall_us[name].append(wall_us)
+        result.starved_runs[name] += int(starved)
     if protocol == HEAD_START:  # the head starts as measured (their own event pair), the clock at the end
         result.head_start_us = {n: statistics.median(v) for n, v in slept.items()}
         result.cycles_per_us = timer.cycles_per_us
@@ -325,12 +320,10 @@ def time_interleaved(
             timer.protocol = SYNC_IN_WINDOW
             for n in blocked:
                 result.samples_us[n], result.wall_us[n] = [], []
-            for r in range(runs):
-                k = r % len(blocked)
-                for name in blocked[k:] + blocked[:k]:
-                    event_us, wall_us, _, _ = timer(fns[name], 0.0)
-                    result.samples_us[name].append(event_us)
-                    result.wall_us[name].append(wall_us)
+            for name in _rotations(blocked, runs):
+                event_us, wall_us, _, _ = timer(fns[name], 0.0)
+                result.samples_us[name].append(event_us)
+                result.wall_us[name].append(wall_us)
             result.sync_in_window = set(blocked)
     return result
 
