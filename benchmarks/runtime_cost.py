@@ -41,7 +41,7 @@ def main() -> None:
     p.add_argument(
         "--kernelbench",
         type=Path,
-        default=Path(__file__).resolve().parents[1].parent / "shared" / "kernelbench",
+        default=Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench",
     )
     args = p.parse_args()
     if args.device == "cpu":

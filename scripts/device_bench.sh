@@ -6,7 +6,7 @@
 set -u
 name=$1; wall_s=$2; shift 3
 [ -d /tmp/site/htam_graph ] || . scripts/device_setup.sh
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH KB=$PWD/.devcarry/kernelbench PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH KB=$PWD/tests/data/kernelbench PYTHONUNBUFFERED=1
 R=$PWD
 export HTAM_HOME=$R/.devcarry/$name/home
 mkdir -p $R/.devcarry/$name

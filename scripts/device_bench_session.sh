@@ -7,7 +7,6 @@ set -u
 wall=$1; adv=$2; shift 2
 . scripts/device_setup.sh
 R=$PWD
-ln -sfn "$R/.devcarry" /work/shared 2>/dev/null || true
 if [ "$adv" = 1 ]; then
   mkdir -p "$OUT/adv"
   (cd /tmp && CUDA_VISIBLE_DEVICES=0 python3 "$R/scripts/gpu_runtime_check.py" --out "$OUT/adv" --kernelbench "$KB" \

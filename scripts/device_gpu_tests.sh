@@ -6,7 +6,6 @@ set -u
 wall=$1; files0=$2; files1=$3; adv=${4:-1}
 . scripts/device_setup.sh
 R=$PWD
-ln -sfn "$R/.devcarry" /work/shared 2>/dev/null || true
 L=/tmp/gpulogs; mkdir -p "$L"
 cd /tmp
 lane() {

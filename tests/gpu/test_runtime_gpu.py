@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parents[1] / "data"
 KB = Path(
     os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
     )
 )
 

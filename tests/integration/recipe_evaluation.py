@@ -17,8 +17,7 @@ from typing import Any
 from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest, EvalResult, Task
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
-NO_KB = "no KernelBench checkout beside the checkout (../shared/kernelbench)"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 
 def kb_task(rel: str) -> Task:

@@ -17,10 +17,8 @@ from htam_graph.cli.main import _register, cli
 from htam_graph.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = ROOT.parent / "shared" / "kernelbench"
+KB = ROOT / "tests" / "data" / "kernelbench"
 CANDIDATES = ROOT / "tests" / "data" / "candidates"
-
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="needs ../shared/kernelbench beside the checkout")
 
 
 def _invoke(settings: Settings, args: list[str], **extra_env: str | None) -> tuple[int, str, str]:

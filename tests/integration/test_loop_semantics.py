@@ -22,7 +22,7 @@ from htam_graph.rules import RulesGenerator
 from htam_graph.seed import load_seed
 from htam_graph.settings import PolicySettings
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 _VERDICT = re.compile(r"# VERDICT: (\w+)(?: ([0-9.]+))?")
 
 

@@ -19,8 +19,6 @@ rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_s
 KB = rev.KB
 KEY = "library_offload.channels_last_conv"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason=rev.NO_KB)
-
 
 @pytest.mark.parametrize("rel", ["level1/82_conv_depthwise_2D_square_input_square_kernel.py"])
 def test_channels_last_kernel_is_correct_in_the_real_evaluator(rel: str) -> None:

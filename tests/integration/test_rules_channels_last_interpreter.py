@@ -28,7 +28,7 @@ from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "library_offload.channels_last_conv"
 
 # (task, small sizes)
@@ -69,10 +69,6 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         },
     ),
 ]
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 def make_task(rel: str) -> Task:

@@ -21,8 +21,6 @@ rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_s
 KB = rev.KB
 KEY = "fusion.conv_reduction_epilogue"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout beside the checkout")
-
 
 # Alone on the 2-core machine this takes 2-9 minutes; a clean-clone CI run that shared the cores with other
 # work hit the suite's 600 s limit (stop 11). The evaluator's own timeout below stays 600 s.

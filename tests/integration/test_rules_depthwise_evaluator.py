@@ -19,8 +19,6 @@ rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_s
 KB = rev.KB
 KEY = "data_reuse.depthwise_conv_direct"
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason=rev.NO_KB)
-
 
 @pytest.mark.parametrize(
     "rel",

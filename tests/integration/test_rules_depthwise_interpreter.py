@@ -28,7 +28,7 @@ from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "data_reuse.depthwise_conv_direct"
 
 # (task, small sizes)
@@ -102,10 +102,6 @@ SYNTHETIC: dict[str, str] = {
         "torch.randn(2, 4, 8, 9)",
     ),
 }
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 def make_task(source: str, key: str) -> Task:

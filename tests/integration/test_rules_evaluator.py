@@ -17,11 +17,7 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ import torch
 SUPPORT_PATH = Path(__file__).resolve().parents[1] / "gpu" / "rules_gpu_support.py"
 SUPPORT_NAME = "tests.gpu.rules_gpu_support"
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 # Appended to a generated source: a ModelNew that is wrong in one known way (the correct one is its base).
 _BASE = "\n\n_CorrectModelNew = ModelNew\n\n\nclass ModelNew(_CorrectModelNew):\n"
@@ -72,10 +72,6 @@ CASES: list[tuple[str, str, dict[str, int], dict[str, Any], dict[str, str]]] = [
         {"one_index_off": "indices differ"},
     ),
 ]
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 def load_support() -> ModuleType:

@@ -36,7 +36,7 @@ from htam_graph.rules.recipes import default_recipes
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")  # the shared child-process runner
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 # The coverage of the dev split (recipes_for over level1 + level2); test_coverage_is_what_recipes_for_says
 # keeps this list honest.
@@ -71,10 +71,6 @@ CASES = (
     + [(t, "reduction_structure.row_softmax") for t in SOFTMAX]
 )
 STRUCTURAL = {"kernel_size", "stride", "padding", "output_padding", "dilation", "groups"}
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 @pytest.fixture(autouse=True)

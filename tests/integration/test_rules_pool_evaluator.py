@@ -19,8 +19,6 @@ from htam_graph.rules.recipes import default_recipes
 rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("recipe_evaluation")
 KB = rev.KB
 
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason=rev.NO_KB)
-
 
 @pytest.mark.parametrize(
     "rel",

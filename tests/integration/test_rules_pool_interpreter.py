@@ -35,7 +35,7 @@ from htam_graph.rules.recipes import default_recipes
 
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "data_reuse.pooling_window_reuse"
 POOL_TASKS = [
     "level1/42_Max_Pooling_2D.py",
@@ -47,10 +47,6 @@ POOL_TASKS = [
     "level2/82_Conv2d_Tanh_Scaling_BiasAdd_Max.py",
 ]
 WINDOW = ("kernel", "stride", "padding", "dilation", "groups")
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 @pytest.fixture(autouse=True)

@@ -23,12 +23,8 @@ from htam_graph.rules.recipes import default_recipes
 
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 DIAG = "algebraic_rewrite.diag_matmul_as_broadcast"
-
-pytestmark = pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from htam_graph.model import EvalRequest
 
 KB = Path(
     os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench")
+        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
     )
 )
 

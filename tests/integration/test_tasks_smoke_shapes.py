@@ -13,15 +13,10 @@ import pytest
 
 from htam_graph.kernels_runtime import shapes
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 FILES = sorted(KB.glob("level*/*.py"))
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not FILES, reason="no KernelBench checkout beside the checkout (../shared/kernelbench)"
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_every_task_gets_a_smoke_variant_that_runs_on_cpu() -> None:

@@ -12,7 +12,7 @@ from htam_graph.importers.tasks_store import ImportCounts, get_task, list_tasks,
 from htam_graph.model import Task
 from htam_graph.ports import GraphStore
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 SOURCE = '''import torch
 import torch.nn as nn
@@ -87,7 +87,6 @@ def test_unknown_key_and_duplicate_keys_raise(store: GraphStore, tmp_path: Path)
         record_tasks(store, [task, task])
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench dev split")
 def test_the_dev_split_round_trips(store: GraphStore) -> None:
     result = scan(KB)
     counts = record_tasks(store, result.tasks)

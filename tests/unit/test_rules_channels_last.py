@@ -15,7 +15,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import base_recipes
 from htam_graph.seed import load_seed
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "library_offload.channels_last_conv"
 # level1/level2 dev tasks whose forward is 2D/3D convs followed by nothing or an elementwise epilogue
 APPLIES = {
@@ -45,7 +45,6 @@ APPLIES = {
     "level2/100_ConvTranspose3d_Clamp_Min_Divide.py",
 }
 
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def task(source: str, key: str = "synthetic") -> Task:
@@ -81,7 +80,6 @@ def test_the_recipe_is_registered_under_a_seed_local() -> None:
     assert KEY in {local.key for local in load_seed().locals}
 
 
-@needs_kb
 def test_coverage_of_the_dev_split() -> None:
     found = set()
     for path in sorted([*KB.glob("level1/*.py"), *KB.glob("level2/*.py")]):
@@ -91,7 +89,6 @@ def test_coverage_of_the_dev_split() -> None:
     assert found == APPLIES
 
 
-@needs_kb
 @pytest.mark.parametrize(
     ("rel", "reason"),
     [
@@ -168,7 +165,6 @@ def test_functional_conv_with_parameter_weights_is_written_with_the_parameters()
     assert "(self.weight,)" in method(source, "ModelNew", "__init__")
 
 
-@needs_kb
 @pytest.mark.parametrize(
     "rel",
     [
@@ -190,7 +186,6 @@ def test_weights_are_converted_once_in_init_and_the_input_once_per_call(rel: str
     assert forward.rstrip().splitlines()[-1].strip().startswith("return conv")  # one Triton launcher last
 
 
-@needs_kb
 def test_depthwise_separable_keeps_the_intermediate_channels_last() -> None:
     forward = method(emit(kb_task("level1/86_conv_depthwise_separable_2D.py")), "ModelNew", "forward")
     lines = [line.strip() for line in forward.splitlines()[1:]]
@@ -204,7 +199,6 @@ def test_depthwise_separable_keeps_the_intermediate_channels_last() -> None:
     assert "(self.depthwise.weight, self.pointwise.weight)" in init
 
 
-@needs_kb
 def test_per_channel_operands_are_read_at_the_channel_index() -> None:
     source = emit(kb_task("level2/2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py"))
     assert "tl.load(bias_ptr + c, mask=c < C" in source

@@ -18,7 +18,7 @@ from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 
 def _emit(source: str) -> str:

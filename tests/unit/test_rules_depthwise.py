@@ -16,7 +16,7 @@ from htam_graph.rules.recipes import base_recipes, default_recipes
 from htam_graph.rules.recipes.tuning import BLOCK_SIZE_TUNING, DEPTHWISE_LADDER, TuningRecipe
 from htam_graph.seed import load_seed
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "data_reuse.depthwise_conv_direct"
 APPLIES = {
     "level1/82_conv_depthwise_2D_square_input_square_kernel.py",
@@ -24,7 +24,6 @@ APPLIES = {
     "level1/86_conv_depthwise_separable_2D.py",
 }
 
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def task(source: str, key: str = "synthetic") -> Task:
@@ -74,7 +73,6 @@ def test_the_tuning_recipe_offers_the_depthwise_ladder() -> None:
     assert tuning.ladders[KEY] == DEPTHWISE_LADDER and len(set(DEPTHWISE_LADDER)) == len(DEPTHWISE_LADDER)
 
 
-@needs_kb
 def test_coverage_of_the_dev_split() -> None:
     found = set()
     for path in sorted([*KB.glob("level1/*.py"), *KB.glob("level2/*.py")]):
@@ -84,7 +82,6 @@ def test_coverage_of_the_dev_split() -> None:
     assert found == APPLIES
 
 
-@needs_kb
 @pytest.mark.parametrize(
     ("rel", "reason"),
     [
@@ -195,7 +192,6 @@ def test_synthetic_forwards_are_rejected(init: str, forward: str, reason: str) -
     assert not verdict and reason in verdict.reason, verdict.reason
 
 
-@needs_kb
 def test_depthwise_separable_replaces_only_the_depthwise_conv() -> None:
     source = emit(kb_task("level1/86_conv_depthwise_separable_2D.py"))
     report = static_analyse(source, PrecisionPolicy.FP32_STRICT, require_kernel=True)
@@ -210,7 +206,6 @@ def test_depthwise_separable_replaces_only_the_depthwise_conv() -> None:
     ]
 
 
-@needs_kb
 def test_the_kernel_decomposes_once_per_program_and_unrolls_the_taps() -> None:
     source = emit(kb_task("level1/82_conv_depthwise_2D_square_input_square_kernel.py"))
     kernel = kernel_text(source)

@@ -16,10 +16,9 @@ from htam_graph.rules.recipes import default_recipes
 from htam_graph.rules.recipes.loss_plan import COL, FULL, ROW, plan_loss
 from htam_graph.rules.recipes.scan import plan_scan
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 LOSS = "fusion.pointwise_into_reduction"
 SCAN = "reduction_structure.block_scan"
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def task(source: str, key: str = "synthetic") -> Task:
@@ -62,12 +61,12 @@ def test_full_mean_is_a_total_and_losses_keep_their_reduction() -> None:
 def test_scan_dims_from_attributes_and_the_structural_ops_of_an_exclusive_scan() -> None:
     graph = analyse_source(one_input("torch.cumprod(x, dim=self.dim)").source)
     assert graph.nodes[0].kind is OpKind.SCAN and graph.nodes[0].param("dim") == AttrScalar("dim", 1)
-    graph = analyse_source(kb_task("level1/92_cumsum_exclusive.py").source) if KB.is_dir() else None
-    if graph is not None:
-        assert [n.op for n in graph.nodes] == [
-            "size", "int_sub", "narrow", "cumsum", "select", "unsqueeze", "zeros_like", "cat",
-        ]  # fmt: skip
-        assert graph.nodes[1].kind is OpKind.STRUCTURAL and graph.nodes[1].dtype == "int"
+    graph = analyse_source(kb_task("level1/92_cumsum_exclusive.py").source)
+    assert graph is not None
+    assert [n.op for n in graph.nodes] == [
+        "size", "int_sub", "narrow", "cumsum", "select", "unsqueeze", "zeros_like", "cat",
+    ]  # fmt: skip
+    assert graph.nodes[1].kind is OpKind.STRUCTURAL and graph.nodes[1].dtype == "int"
 
 
 @pytest.mark.parametrize(
@@ -86,7 +85,6 @@ def test_unsupported_loss_forms_are_rejected_by_the_analysis(forward: str, reaso
 
 
 # ------------------------------------------------------------------------------------------- loss recipe
-@needs_kb
 @pytest.mark.parametrize(
     "rel",
     ["level1/94_MSELoss.py", "level1/96_HuberLoss.py", "level1/98_KLDivLoss.py", "level1/100_HingeLoss.py"],
@@ -96,7 +94,6 @@ def test_loss_recipe_applies_to_the_dev_losses(rel: str) -> None:
     assert not applies(SCAN, kb_task(rel))
 
 
-@needs_kb
 def test_hinge_targets_are_read_as_columns_and_kl_divides_by_the_batch() -> None:
     hinge = plan_loss(task_view(kb_task("level1/100_HingeLoss.py")).graph)
     assert [(leaf.arg, leaf.space) for leaf in hinge.leaves] == [("predictions", FULL), ("targets", COL)]
@@ -127,7 +124,6 @@ def test_loss_recipe_rejections_say_why(forward: str, b: str, reason: str) -> No
 
 
 # ------------------------------------------------------------------------------------------- scan recipe
-@needs_kb
 def test_scan_recipe_applies_to_cumprod_and_proves_the_exclusive_cumsum() -> None:
     cumprod = plan_scan(task_view(kb_task("level1/90_cumprod.py")).graph)
     assert (cumprod.op, cumprod.exclusive, cumprod.dim) == ("cumprod", False, AttrScalar("dim", 1))

@@ -11,12 +11,11 @@ from htam_graph.rules import applies
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 NORM = "reduction_structure.single_pass_norm"
 DIM = "reduction_structure.dim_reduction"
 LSE = "reduction_structure.online_logsumexp"
 
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def task(source: str, key: str = "synthetic") -> Task:
@@ -36,7 +35,6 @@ def synthetic(init: str, forward: str, inputs: str = "torch.randn(2, 6, 5, 4)", 
     )
 
 
-@needs_kb
 @pytest.mark.parametrize(
     ("rel", "key", "reason"),
     [

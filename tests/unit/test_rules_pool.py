@@ -15,7 +15,7 @@ from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "data_reuse.pooling_window_reuse"
 POOL_TASKS = {
     "level1/42_Max_Pooling_2D.py",
@@ -26,8 +26,6 @@ POOL_TASKS = {
     "level2/74_ConvTranspose3d_LeakyReLU_Multiply_LeakyReLU_Max.py",
     "level2/82_Conv2d_Tanh_Scaling_BiasAdd_Max.py",
 }
-
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def task(rel: str, source: str | None = None) -> Task:

@@ -21,12 +21,11 @@ from htam_graph.model import (
 from htam_graph.rules import RulesGenerator, applies, parse_header, recipes_for
 from htam_graph.rules.recipes.precision_tf32 import TF32_CONVOLUTION, TF32_MATMUL
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 TF32 = PrecisionPolicy.TF32
 STRICT = PrecisionPolicy.FP32_STRICT
 GEMM = "level2/76_Gemm_Add_ReLU.py"
 CONV = "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py"
-pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench checkout")
 
 
 def kb_task(rel: str) -> Task:

@@ -9,7 +9,7 @@ from htam_graph.kernels_runtime.corpus import load_corpus
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = ROOT.parent / "shared" / "kernelbench"
+KB = ROOT / "tests" / "data" / "kernelbench"
 CORPUS = ROOT / "tests" / "data" / "adversarial"
 
 

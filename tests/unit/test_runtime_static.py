@@ -155,7 +155,7 @@ def test_reference_as_candidate_renames_identifiers_only() -> None:
     "path",
     sorted(
         glob.glob(
-            str(Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench" / "level*" / "*.py")
+            str(Path(__file__).resolve().parents[1] / "data" / "kernelbench" / "level*" / "*.py")
         )
     )[:200]
     or ["none"],

@@ -11,7 +11,7 @@ from htam_graph.errors import TaskError
 from htam_graph.importers.kernelbench import SkipReason, discover, parse_task, scan
 from htam_graph.model import Task
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 GOOD = """import torch
 import torch.nn as nn
@@ -134,9 +134,6 @@ def test_scan_skips_a_second_file_with_the_same_key(tmp_path: Path) -> None:
     assert len(result.skipped) == 1 and result.skipped[0].reason.startswith("duplicate key suite/level1/1_X")
 
 
-@pytest.mark.skipif(
-    not KB.is_dir(), reason="no KernelBench dev split beside the checkout (../shared/kernelbench)"
-)
 def test_the_dev_split_imports_completely() -> None:
     result = scan(KB)
     files = sorted(KB.glob("level*/*.py"))

@@ -8,7 +8,7 @@ import pytest
 
 from htam_graph.importers.optags import VOCABULARY, op_tags
 
-KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench"
+KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 FILES = sorted(KB.glob("level*/*.py"))
 
 EXPECTED = {
