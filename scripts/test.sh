@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: install into ./.venv (CPU torch pinned) and run the test suite.
+# The README's test command: install into ./.venv and run the test suite on every core (pytest-xdist; the Neo4j
+# tests share one database and so one worker: tests/conftest.py groups them). HTAM_TEST_WORKERS=0 runs it serially.
 # Exit code 5 from pytest (no tests collected) is a failure here: a suite that runs nothing proves nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
 fi
 export TRITON_INTERPRET=1
 set +e
-.venv/bin/python -m pytest -q tests "$@"
+.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --dist loadgroup tests "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
