@@ -260,7 +260,11 @@ def _signatures() -> dict[str, Signature]:
         moments = (("dim", None), ("unbiased", True), ("keepdim", False), ("correction", None))
         table[name] = Signature(name, OpKind.REDUCTION, ("input",), moments)
     table["norm"] = Signature(
-        "norm", OpKind.REDUCTION, ("input",), (("p", "fro"), ("dim", None), ("keepdim", False)), (("dtype", None), ("out", None))
+        "norm",
+        OpKind.REDUCTION,
+        ("input",),
+        (("p", "fro"), ("dim", None), ("keepdim", False)),
+        (("dtype", None), ("out", None)),
     )
     table.update(_loss_scan_structural_signatures())
     # Norm modules only (named so that no torch function binds to them): weight, bias, then module attributes.

@@ -309,7 +309,9 @@ def generate(task: Task) -> str:
         task=task,
         step=0,
         direction=GlobalDirection(key="fusion", name="fusion", intent=""),
-        strategy=LocalStrategy(key=KEY, name=KEY, global_key="fusion", languages=[Language.TRITON], pattern=""),
+        strategy=LocalStrategy(
+            key=KEY, name=KEY, global_key="fusion", languages=[Language.TRITON], pattern=""
+        ),
         base_source="",
         language=Language.TRITON,
         state_summary="",

@@ -130,9 +130,7 @@ def reduced_shape(reduction: Reduction, full_shape: tuple[int, ...]) -> tuple[in
     return tuple(s for d, s in enumerate(full_shape) if d not in reduction.dims)
 
 
-def _spaces(
-    nodes: tuple[OpNode, ...], reduction: Reduction, full_shape: tuple[int, ...]
-) -> dict[str, Space]:
+def _spaces(nodes: tuple[OpNode, ...], reduction: Reduction, full_shape: tuple[int, ...]) -> dict[str, Space]:
     """Dependants of a row-valued reduction are REDUCED while they keep the reduced shape; every other op is
     FULL, except ops that depend on nothing reduced and feed only REDUCED ops (a scale of the reduced sum)."""
     red = reduction.node
@@ -219,7 +217,9 @@ def _leaves(
                 raise NotApplicable(f"{value.name} is computed outside the fusable ops")
             target = small if space is Space.REDUCED else full_shape
             shape = _float_shape(graph, value.name)
-            leaves[(value.name, space)] = _leaf(value.name, leaf_exprs[value.name], space, shape, target, taken)
+            leaves[(value.name, space)] = _leaf(
+                value.name, leaf_exprs[value.name], space, shape, target, taken
+            )
     if reduction is not None and reduction.eps == Const(None):
         dtype = _float_dtype(graph, reduction.node.operands[0].name)  # type: ignore[union-attr]
         scalars[DTYPE_EPS] = Scalar(DTYPE_EPS, identifier("eps", taken), f"torch.finfo({dtype}).eps")
@@ -227,12 +227,16 @@ def _leaves(
         for value in (reduction.weight, reduction.bias):
             if isinstance(value, Ref):
                 shape, expr = _affine(graph, reduction, value.name, leaf_exprs, len(full_shape))
-                leaves[(value.name, Space.FULL)] = _leaf(value.name, expr, Space.FULL, shape, full_shape, taken)
+                leaves[(value.name, Space.FULL)] = _leaf(
+                    value.name, expr, Space.FULL, shape, full_shape, taken
+                )
             elif value != Const(None):
                 raise NotApplicable(f"{reduction.node.op} with a non-tensor affine parameter {value}")
     full_leaves = [leaf.shape for leaf in leaves.values() if leaf.space is Space.FULL]
     if _broadcast_all(full_leaves, len(full_shape)) != full_shape:
-        raise NotApplicable("the operands do not give the kernel's full shape (pure broadcasting is not fused)")
+        raise NotApplicable(
+            "the operands do not give the kernel's full shape (pure broadcasting is not fused)"
+        )
     return tuple(leaves.values()), tuple(scalars.values())
 
 

@@ -52,12 +52,12 @@ def {name}(
     keep_mask = keep < n_keep
     keep_base = {keep_base}'''
 
-_TILE = '''    for start{k} in range(0, n_red, BLOCK_R):
+_TILE = """    for start{k} in range(0, n_red, BLOCK_R):
         red{k} = start{k} + tl.arange(0, BLOCK_R)
         if INDEX_64:
             red{k} = red{k}.to(tl.int64)
         offs{k} = keep_base[None, :] + ({red_offset})[:, None]
-        mask{k} = keep_mask[None, :] & (red{k} < n_red)[:, None]'''
+        mask{k} = keep_mask[None, :] & (red{k} < n_red)[:, None]"""
 
 _KEEP_BASE = {True: "(keep // inner) * (n_red * inner) + keep % inner", False: "keep * inner"}
 _RED_OFFSET = {True: "red{k} * inner", False: "(red{k} // inner) * (n_keep * inner) + red{k} % inner"}
@@ -102,7 +102,9 @@ def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) 
     lines += _indent(writer.reduced(), 1)
     store = "tl.store(out_ptr + {offs}, {value}.to(out_ptr.dtype.element_ty), mask={mask})"
     if group.out_space is Space.REDUCED:
-        lines.append("    " + store.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask"))
+        lines.append(
+            "    " + store.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask")
+        )
         return "\n".join(lines) + "\n"
     lines.append(_TILE.format(k="2", red_offset=_RED_OFFSET[middle].format(k="2")))
     out_body, out_names = writer.full([group.output], "_2", "offs2", "mask2")

@@ -98,7 +98,11 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
             f"    block_k, block_r = row_tiles(n_keep, n_red, inner, {middle}, BLOCK_{upper})",
             "    grid = (triton.cdiv(n_keep, block_k),)",
         ]
-        launch = ["BLOCK_K=block_k", "BLOCK_R=block_r", "INDEX_64=math.prod(full_shape) + block_k * block_r > 2**31 - 1"]
+        launch = [
+            "BLOCK_K=block_k",
+            "BLOCK_R=block_r",
+            "INDEX_64=math.prod(full_shape) + block_k * block_r > 2**31 - 1",
+        ]
     lines += [
         f"    {kernel_name}[grid](",
         f"        {', '.join(args)},",

@@ -63,7 +63,9 @@ def partition(graph: OpGraph) -> list[Stage]:
                 run = []
             stages.append(TorchStage(node))
         else:
-            raise NotApplicable(f"{node.op} ({node.origin}) is not composed: {node.kind.value} ops are not fused")
+            raise NotApplicable(
+                f"{node.op} ({node.origin}) is not composed: {node.kind.value} ops are not fused"
+            )
     if run:
         stages.append(FusedStage(tuple(run)))
     return _single_exits(graph, stages)

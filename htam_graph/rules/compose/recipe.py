@@ -54,7 +54,9 @@ def plan_composed(view: TaskView) -> ComposedPlan:
     """The composed plan of a task, or NotApplicable with the reason."""
     graph = view.graph
     if graph.shape_specialised:
-        raise NotApplicable("the forward's constants were computed from the analysed sizes (shape introspection)")
+        raise NotApplicable(
+            "the forward's constants were computed from the analysed sizes (shape introspection)"
+        )
     graph = _fold_first_bias(drop_identities(graph))
     stages = tuple(partition(graph))
     if not any(isinstance(s, FusedStage) for s in stages):
@@ -108,7 +110,9 @@ class ComposedKernels:
         extra = [BROADCAST_LAYOUT_SOURCE]
         if reducing:
             extra.append(ROW_HELPERS_SOURCE)
-        combine = [PROD_COMBINE] if any(g.reduction and g.reduction.family == "prod" for g in reducing) else []
+        combine = (
+            [PROD_COMBINE] if any(g.reduction and g.reduction.family == "prod" for g in reducing) else []
+        )
         parts = SourceParts(
             recipe_key=KEY,
             config=config,
@@ -137,11 +141,25 @@ def _forward_lines(plan: ComposedPlan) -> list[str]:
             lines.append(f"{var} = {torch_call(plan.graph, stage.node, computed)}  # PyTorch, unchanged")
         else:
             group = plan.groups[i]
+            lines += _batch_norm_guard(group)
             args = [leaf.expr for leaf in group.leaves] + [s.expr for s in group.scalars]
             lines.append(f"{var} = composed_{i}({', '.join(args)})  # Triton: {group.describe()}")
         computed[stage.output] = var
     lines.append(f"return {plan.variables[-1]}")
     return lines
+
+
+def _batch_norm_guard(group: Group) -> list[str]:
+    """The kernel normalises with batch statistics (what nn.BatchNorm does in training mode, the mode the
+    reference runs in) and does not update the running statistics: in eval mode it refuses loudly."""
+    red = group.reduction
+    if red is None or red.node.op != "nn_batch_norm" or red.node.module_path is None:
+        return []
+    module = f"self.{red.node.module_path}"
+    return [
+        f"if not {module}.training and {module}.running_mean is not None:",
+        '    raise RuntimeError("this composed batch norm kernel uses batch statistics (training mode) only")',
+    ]
 
 
 def _fold_first_bias(graph: OpGraph) -> OpGraph:

@@ -18,10 +18,10 @@ TILE = "[BLOCK_R, BLOCK_K]"
 NEG_INF = 'float("-inf")'
 POS_INF = 'float("inf")'
 
-PROD_COMBINE = '''@triton.jit
+PROD_COMBINE = """@triton.jit
 def _prod_combine(a, b):
     return a * b
-'''
+"""
 
 _INIT = {
     "sum": [f"acc = tl.zeros({TILE}, dtype=tl.float32)"],

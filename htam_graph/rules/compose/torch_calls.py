@@ -24,7 +24,9 @@ def torch_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
     if node.kind is OpKind.RANDOM and node.module_path is not None:
         return f"self.{node.module_path}({source})"
     if node.kind is OpKind.LAYOUT and node.op in _VIEWS:
-        args = [source] + [repr(v.value) for _, v in node.params if isinstance(v, Const) and v.value is not None]
+        args = [source] + [
+            repr(v.value) for _, v in node.params if isinstance(v, Const) and v.value is not None
+        ]
         return f"torch.{node.op}({', '.join(args)})"
     raise NotApplicable(f"{node.op} ({node.origin}) has no PyTorch call in the composed forward")
 
