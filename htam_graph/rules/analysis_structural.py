@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 TOTAL_OPS = ("sum", "mean")
+# reductions over every element kept as REDUCTION nodes with dim None (the composed kernels reduce all dims)
+WHOLE_TENSOR_OPS = ("var", "std", "norm")
 NO_DIM = (Const(None), Const(()))
 ValueOf = Callable[[Any], Value]  # converts one fx argument (analysis._value bound to the node names)
 
@@ -93,7 +95,7 @@ def check_total_scan_loss(sig: Signature, params: tuple[tuple[str, Value], ...])
     """Reject full reductions, scans and losses whose arguments the recipes do not reproduce."""
     values = dict(params)
     if sig.kind is OpKind.REDUCTION and values["dim"] in NO_DIM:
-        if sig.op not in TOTAL_OPS:
+        if sig.op not in (*TOTAL_OPS, *WHOLE_TENSOR_OPS):
             raise NotApplicable(f"{sig.op} without an explicit dim (a full reduction) is not supported")
         if values["keepdim"] != Const(False):
             raise NotApplicable(f"{sig.op} over every element with keepdim is not supported")

@@ -189,6 +189,8 @@ NORM_MODULE_PARAMS: dict[str, tuple[tuple[str, object], ...]] = {
     "nn_instance_norm": (("eps", 1e-5), ("affine", False), ("track_running_stats", False)),
     # batch norm: statistics over (batch, spatial) per channel in training mode, running statistics in eval
     "nn_batch_norm": (("eps", 1e-5), ("momentum", 0.1), ("affine", True), ("track_running_stats", True)),
+    # RMS norm over the trailing normalized_shape; eps None means torch.finfo(input dtype).eps
+    "nn_rms_norm": (("normalized_shape", None), ("eps", None), ("elementwise_affine", True)),
 }
 _CONV_PARAMS = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
 _MAX_POOL_PARAMS = (
@@ -252,6 +254,18 @@ def _signatures() -> dict[str, Signature]:
         table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS, (("dtype", None),))
     for name in ("prod", "amax", "amin", "argmax", "argmin", "logsumexp"):
         table[name] = Signature(name, OpKind.REDUCTION, ("input",), _REDUCE_PARAMS)
+    # var / std (positional order of the `unbiased` overload; `correction` by keyword) and the vector norms of
+    # torch.norm / Tensor.norm (p: "fro", 1, 2, inf). Without a dim they reduce every element.
+    for name in ("var", "std"):
+        moments = (("dim", None), ("unbiased", True), ("keepdim", False), ("correction", None))
+        table[name] = Signature(name, OpKind.REDUCTION, ("input",), moments)
+    table["norm"] = Signature(
+        "norm",
+        OpKind.REDUCTION,
+        ("input",),
+        (("p", "fro"), ("dim", None), ("keepdim", False)),
+        (("dtype", None), ("out", None)),
+    )
     table.update(_loss_scan_structural_signatures())
     # Norm modules only (named so that no torch function binds to them): weight, bias, then module attributes.
     table["dropout"] = Signature("dropout", OpKind.RANDOM, ("input",), (("p", 0.5),))
@@ -354,6 +368,7 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "InstanceNorm1d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm2d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "InstanceNorm3d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
+    "RMSNorm": ("nn_rms_norm", ("normalized_shape", "eps", "elementwise_affine")),
     "Dropout": ("dropout", ("p",)),
     **{
         f"BatchNorm{d}d": ("nn_batch_norm", ("eps", "momentum", "affine", "track_running_stats"))

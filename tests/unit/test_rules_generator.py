@@ -92,16 +92,19 @@ def test_applies_rejects_with_a_reason(rel: str, key: str, reason: str) -> None:
 def test_recipes_for_lists_only_applicable_keys() -> None:
     assert recipes_for(kb_task("level1/26_GELU_.py"), "cuda", Language.TRITON) == [
         "fusion.elementwise_chain",
+        "fusion.composed_kernels",
         "parallelism.block_size_tuning",
         "memory_access.vectorized_loads",
     ]
     assert recipes_for(kb_task("level1/24_LogSoftmax.py"), "cpu", Language.TRITON) == [
         "reduction_structure.row_softmax",
         "reduction_structure.online_logsumexp",
+        "fusion.composed_kernels",
         "parallelism.block_size_tuning",
     ]
     assert recipes_for(kb_task("level1/40_LayerNorm.py")) == [
         "reduction_structure.single_pass_norm",
+        "fusion.composed_kernels",
         "parallelism.block_size_tuning",
     ]
     assert recipes_for(kb_task("level1/92_cumsum_exclusive.py")) == ["reduction_structure.block_scan"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from htam_graph.rules.base import Recipe
+from htam_graph.rules.compose import ComposedKernels
 from htam_graph.rules.recipes.channels_last_conv import ChannelsLastConv
 from htam_graph.rules.recipes.conv_reduce import ConvReduction
 from htam_graph.rules.recipes.conv_transpose_rewrite import ConvTransposeAsConv
@@ -39,6 +40,7 @@ def base_recipes() -> dict[str, Recipe]:
     recipes.append(ConvReduction())
     recipes.append(ConvTransposeAsConv())
     recipes.append(DepthwiseConvDirect())
+    recipes.append(ComposedKernels())  # the general fallback: composed from the forward's ops
     return {r.key: r for r in recipes}
 
 

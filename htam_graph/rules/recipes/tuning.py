@@ -85,6 +85,11 @@ LOSS_LADDER = tuple(
         (16384, 16, 16384),
     )
 )
+# Composed kernels (rules/compose/): BLOCK = elements per program (elementwise) or per [BLOCK_R, BLOCK_K] tile
+_COMPOSED_BASES = ("fusion.composed_kernels",)
+COMPOSED_LADDER = tuple(
+    KernelConfig(block=b, num_warps=w) for b, w in ((4096, 4), (2048, 4), (4096, 8), (8192, 8), (1024, 4))
+)
 VECTOR_LADDER = tuple(
     KernelConfig(block=b, num_warps=w, vector_hints=True)
     for b, w in ((1024, 4), (2048, 4), (4096, 8), (4096, 4), (2048, 2))
@@ -144,6 +149,7 @@ def tuning_recipes(bases: dict[str, Recipe]) -> list[TuningRecipe]:
     block_ladders |= {k: REDUCE_LADDER for k in _CONV_REDUCE_BASES}
     block_ladders |= {k: DEPTHWISE_LADDER for k in _DEPTHWISE_BASES}
     block_ladders |= {k: LOSS_LADDER for k in _LOSS_BASES}
+    block_ladders |= {k: COMPOSED_LADDER for k in _COMPOSED_BASES}
     vector_ladders = {k: VECTOR_LADDER for k in _ELEMENTWISE_BASES + _NOOP_BASES}
     return [
         TuningRecipe(BLOCK_SIZE_TUNING, block_ladders, bases),

@@ -1,0 +1,135 @@
+"""The two kernel templates of a composed group, filled with the sections of sections.py.
+
+- Elementwise group (no reduction): a 1-D grid over the flat output, BLOCK elements per program.
+- Group with a reduction: the input is viewed as rows (kept index `keep`) of `n_red` reduced elements. When the
+  reduced dims are one adjacent block the input is [outer, n_red, inner] and row `keep` = (outer, inner) starts
+  at (keep // inner) * n_red * inner + keep % inner, its elements `inner` apart; when the kept dims are the
+  adjacent block (batch norm: N and H*W reduced per channel), row `keep` starts at keep * inner and element r
+  lies at (r // inner) * n_keep * inner + r % inner. Each program owns BLOCK_K rows and walks their reduced
+  elements in BLOCK_R tiles: one loop accumulates the statistic; a row-valued result (sum, logsumexp, norm) is
+  stored per row, a per-element one (norms, softmax, x - mean) is written by a second loop that recomputes the
+  ops before the reduction from the inputs instead of storing them.
+"""
+
+from __future__ import annotations
+
+from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
+from htam_graph.rules.compose.reducers import Reduction
+from htam_graph.rules.compose.sections import SectionWriter
+from htam_graph.rules.compose.stats import accumulate_lines, finalize_lines, init_lines
+from htam_graph.rules.fused_elementwise import operand_renderer
+from htam_graph.rules.ops import Const
+
+__all__ = ["kernel_source"]
+
+_FLAT = '''@triton.jit
+def {name}(
+{params}
+    BLOCK: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """{doc}"""
+    pid = tl.program_id(0)
+    if INDEX_64:  # more than 2**31 elements: 64-bit offsets
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+{body}
+    tl.store(out_ptr + offs, {result}.to(out_ptr.dtype.element_ty), mask=mask)
+'''
+
+_ROW_HEAD = '''@triton.jit
+def {name}(
+{params}
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    """{doc}"""
+    keep = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    if INDEX_64:  # more than 2**31 elements: 64-bit offsets
+        keep = keep.to(tl.int64)
+    keep_mask = keep < n_keep
+    keep_base = {keep_base}'''
+
+_TILE = """    for start{k} in range(0, n_red, BLOCK_R):
+        red{k} = start{k} + tl.arange(0, BLOCK_R)
+        if INDEX_64:
+            red{k} = red{k}.to(tl.int64)
+        offs{k} = keep_base[None, :] + ({red_offset})[:, None]
+        mask{k} = keep_mask[None, :] & (red{k} < n_red)[:, None]"""
+
+_KEEP_BASE = {True: "(keep // inner) * (n_red * inner) + keep % inner", False: "keep * inner"}
+_RED_OFFSET = {True: "red{k} * inner", False: "(red{k} // inner) * (n_keep * inner) + red{k} % inner"}
+
+
+def kernel_source(group: Group, name: str) -> tuple[str, set[str]]:
+    """The @triton.jit kernel of `group` and the helper names it calls."""
+    writer = SectionWriter(group)
+    if group.reduction is None:
+        body, names = writer.full([group.output], "", "offs", "mask")
+        text = _FLAT.format(
+            name=name,
+            params=_params(group, ["out_ptr", "n_elements"]),
+            doc=f"Fused {group.describe()}: BLOCK consecutive output elements per program, in fp32.",
+            body="\n".join(_indent(body, 1)),
+            result=names[group.output],
+        )
+        return text, writer.helpers
+    return _row_kernel(group, group.reduction, name, writer), writer.helpers
+
+
+def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) -> str:
+    source = red.node.operands[0].name  # type: ignore[union-attr]
+    middle = red.middle_reduced
+    lines = [
+        _ROW_HEAD.format(
+            name=name,
+            params=_params(group, ["out_ptr", "n_keep", "n_red", "inner"]),
+            doc=f"Fused {group.describe()}: BLOCK_K rows per program, statistics in fp32.",
+            keep_base=_KEEP_BASE[middle],
+        )
+    ]
+    if red.needs_shift:  # each row's first value: the moments are sums of deviations from it
+        shift_body, shift_names = writer.full([source], "_0", "offs0", "mask0")
+        lines += _indent(["offs0 = keep_base[None, :]", "mask0 = keep_mask[None, :]", *shift_body], 1)
+        lines.append(f"    shift = tl.where(mask0, {shift_names[source]}, 0.0)")
+    lines += _indent(init_lines(red), 1)
+    lines.append(_TILE.format(k="", red_offset=_RED_OFFSET[middle].format(k="")))
+    loop_body, loop_names = writer.full([source], "_1", "offs", "mask")
+    lines += _indent(loop_body + accumulate_lines(red, loop_names[source]), 2)
+    lines += _indent(finalize_lines(red, _eps(group, red)), 1)
+    lines += _indent(writer.reduced(), 1)
+    store = "tl.store(out_ptr + {offs}, {value}.to(out_ptr.dtype.element_ty), mask={mask})"
+    if group.out_space is Space.REDUCED:
+        lines.append(
+            "    " + store.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask")
+        )
+        return "\n".join(lines) + "\n"
+    lines.append(_TILE.format(k="2", red_offset=_RED_OFFSET[middle].format(k="2")))
+    out_body, out_names = writer.full([group.output], "_2", "offs2", "mask2")
+    lines += _indent([*out_body, store.format(offs="offs2", value=out_names[group.output], mask="mask2")], 2)
+    return "\n".join(lines) + "\n"
+
+
+def _eps(group: Group, red: Reduction) -> str | None:
+    """How the kernel reads a norm's epsilon: a literal, or the scalar argument it is passed as."""
+    if red.eps is None:
+        return None
+    scalars = {s.key: s.arg for s in group.scalars}
+    if red.eps == Const(None):  # RMS norm without eps: the input dtype's epsilon, passed by the launcher
+        return scalars[DTYPE_EPS]
+    return operand_renderer({}, scalars)(red.eps)
+
+
+def _params(group: Group, middle: list[str]) -> str:
+    """The kernel's parameters: leaf pointers, `middle`, broadcast layouts, scalars (one per line)."""
+    params = [f"{leaf.arg}_ptr" for leaf in group.leaves] + middle
+    params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in group.leaves if leaf.broadcast]
+    params += [s.arg for s in group.scalars]
+    return "\n".join(f"    {p}," for p in params)
+
+
+def _indent(lines: list[str], level: int) -> list[str]:
+    pad = "    " * level
+    return [pad + line for line in lines]

@@ -1,0 +1,137 @@
+"""The Python side of a composed group's kernel: the launcher, and the layout helpers written into the file.
+
+The launcher reads every size from its tensors at run time (the full shape is the broadcast of the leaves read
+per element), computes the row layout and the broadcast layout of each leaf, picks the tile and launches.
+"""
+
+from __future__ import annotations
+
+from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.compose.group import Group, Leaf, Space
+from htam_graph.rules.compose.reducers import Reduction
+
+__all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
+
+ROW_HELPERS_SOURCE = '''def row_layout(shape: torch.Size, dims: tuple[int, ...], middle: bool, groups: int) -> tuple[int, int, int]:
+    """(n_keep, n_red, inner) of a reduction of `shape` over `dims` (see the kernel's docstring).
+
+    middle: the reduced dims are adjacent (rows are (outer, inner) pairs), else the kept dims are.
+    groups > 1: group norm, whose rows are the (sample, group) blocks of C // groups channels.
+    """
+    if groups > 1:
+        if shape[1] % groups:
+            raise ValueError(f"{shape[1]} channels do not split into {groups} groups")
+        n_keep = shape[0] * groups
+        return n_keep, math.prod(shape) // n_keep, 1
+    first, last = (dims[0], dims[-1]) if middle else _kept_block(len(shape), dims)
+    outer, block, inner = math.prod(shape[:first]), math.prod(shape[first : last + 1]), math.prod(shape[last + 1 :])
+    if middle:
+        return outer * inner, block, inner
+    return block, outer * inner, inner
+
+
+def _kept_block(rank: int, dims: tuple[int, ...]) -> tuple[int, int]:
+    kept = [d for d in range(rank) if d not in dims]
+    return kept[0], kept[-1]
+
+
+def reduced_shape(shape: torch.Size, dims: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in dims)
+
+
+def row_tiles(n_keep: int, n_red: int, inner: int, middle: bool, max_tile: int) -> tuple[int, int]:
+    """(BLOCK_K, BLOCK_R): rows per program and reduced elements per tile. Memory is contiguous along the kept
+    rows when the reduced block has inner dims after it, and along the reduced index otherwise."""
+    if middle and inner > 1:
+        block_k = min(triton.next_power_of_2(min(inner, n_keep)), 64)
+        return block_k, max(1, min(triton.next_power_of_2(n_red), max_tile // block_k))
+    block_r = min(triton.next_power_of_2(n_red), max_tile)
+    return max(1, min(triton.next_power_of_2(n_keep), max_tile // block_r)), block_r
+'''
+
+
+def constants(name: str, config: KernelConfig) -> list[str]:
+    """Module-level launch constants of one kernel (what a tuning recipe changes)."""
+    upper = name.upper()
+    return [
+        f"BLOCK_{upper} = {config.block}  # elements per program (per tile for a reduction)",
+        f"NUM_WARPS_{upper} = {config.num_warps}",
+    ]
+
+
+def launcher_source(group: Group, name: str, kernel_name: str) -> str:
+    """The Python function that allocates the output and launches `kernel_name` over it."""
+    upper = name.upper()
+    leaves = list(group.leaves)
+    signature = ", ".join(
+        [f"{leaf.arg}: torch.Tensor" for leaf in leaves] + [f"{s.arg}: float" for s in group.scalars]
+    )
+    full = [leaf.arg for leaf in leaves if leaf.space is Space.FULL]
+    lines = [
+        f"def {name}({signature}) -> torch.Tensor:",
+        f'    """{group.describe()}: sizes read from the tensors at run time."""',
+        f"    full_shape = torch.broadcast_shapes({', '.join(a + '.shape' for a in full)})",
+    ]
+    red = group.reduction
+    if red is not None:
+        lines += _row_layout_lines(group, red)
+    out_shape = "full_shape" if group.out_space is Space.FULL else "row_shape"
+    lines.append(f"    out = torch.empty({out_shape}, device={full[0]}.device, dtype={group.out_dtype})")
+    for leaf in leaves:
+        lines += _leaf_lines(leaf)
+    lines += ["    if out.numel() == 0:", "        return out"]
+    args = [leaf.arg for leaf in leaves] + ["out"]
+    args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner"]
+    args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
+    args += [s.arg for s in group.scalars]
+    if red is None:
+        lines += [
+            "    n_elements = out.numel()",
+            f"    grid = (triton.cdiv(n_elements, BLOCK_{upper}),)",
+        ]
+        launch = [f"BLOCK=BLOCK_{upper}", f"INDEX_64=n_elements + BLOCK_{upper} > 2**31 - 1"]
+    else:
+        middle = red.middle_reduced
+        lines += [
+            f"    block_k, block_r = row_tiles(n_keep, n_red, inner, {middle}, BLOCK_{upper})",
+            "    grid = (triton.cdiv(n_keep, block_k),)",
+        ]
+        launch = [
+            "BLOCK_K=block_k",
+            "BLOCK_R=block_r",
+            "INDEX_64=math.prod(full_shape) + block_k * block_r > 2**31 - 1",
+        ]
+    lines += [
+        f"    {kernel_name}[grid](",
+        f"        {', '.join(args)},",
+        *(f"        {item}," for item in launch),
+        f"        num_warps=NUM_WARPS_{upper},",
+        "    )",
+        "    return out",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _row_layout_lines(group: Group, red: Reduction) -> list[str]:
+    rank = len(group.full_shape)
+    return [
+        f"    if len(full_shape) != {rank}:",
+        f'        raise ValueError(f"expected a rank-{rank} input, got shape {{tuple(full_shape)}}")',
+        f"    n_keep, n_red, inner = row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {red.groups})",
+        f"    row_shape = reduced_shape(full_shape, {red.dims!r}, {red.keepdim and not red.per_element})",
+    ]
+
+
+def _leaf_lines(leaf: Leaf) -> list[str]:
+    space = "full_shape" if leaf.space is Space.FULL else "row_shape"
+    lines = [f"    {leaf.arg} = {leaf.arg}.contiguous()"]
+    if leaf.broadcast:
+        lines.append(f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, {space})")
+    else:
+        lines += [
+            f"    if {leaf.arg}.shape != {space}:",
+            f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple({space})}}")',
+        ]
+    return lines

@@ -1,0 +1,114 @@
+"""Cut the op graph into stages: library / pooling / view calls kept in PyTorch, and fused groups between them.
+
+Walking the forward in order, consecutive elementwise and reducing ops collect into one group; a library op
+(conv, conv-transpose, linear, matmul), a pooling op, a view (unsqueeze, squeeze, .T) or a dropout module ends
+the group and becomes a PyTorch stage. A second reducing op starts a new group. A group's value may leave it
+only through its last op: when an earlier op of the group is also read outside it, the group is cut after that
+op (its value is then written once and read back by the rest). No-op calls (clone, detach, contiguous) are
+dropped, their readers reading the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.compose.reducers import REDUCING_KINDS
+from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref, Value
+
+__all__ = ["FusedStage", "Stage", "TorchStage", "drop_identities", "partition"]
+
+_TORCH_KINDS = (OpKind.LIBRARY, OpKind.POOL, OpKind.LAYOUT)
+
+
+@dataclass(frozen=True)
+class TorchStage:
+    """One call left to PyTorch (cuDNN / cuBLAS for the library ops)."""
+
+    node: OpNode
+
+    @property
+    def output(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class FusedStage:
+    """Ops that become one Triton kernel (see group.py)."""
+
+    nodes: tuple[OpNode, ...]
+
+    @property
+    def output(self) -> str:
+        return self.nodes[-1].name
+
+
+Stage = TorchStage | FusedStage
+
+
+def partition(graph: OpGraph) -> list[Stage]:
+    """The stages of `graph` in forward order (see the module docstring). Raises NotApplicable."""
+    stages: list[Stage] = []
+    run: list[OpNode] = []
+    for node in graph.nodes:
+        if node.kind is OpKind.ELEMENTWISE or node.kind in REDUCING_KINDS:
+            if node.kind in REDUCING_KINDS and any(n.kind in REDUCING_KINDS for n in run):
+                stages.append(FusedStage(tuple(run)))
+                run = []
+            run.append(node)
+        elif node.kind in _TORCH_KINDS or (node.kind is OpKind.RANDOM and node.module_path is not None):
+            if run:
+                stages.append(FusedStage(tuple(run)))
+                run = []
+            stages.append(TorchStage(node))
+        else:
+            raise NotApplicable(
+                f"{node.op} ({node.origin}) is not composed: {node.kind.value} ops are not fused"
+            )
+    if run:
+        stages.append(FusedStage(tuple(run)))
+    return _single_exits(graph, stages)
+
+
+def _single_exits(graph: OpGraph, stages: list[Stage]) -> list[Stage]:
+    """Cut every group after each op whose value is read outside the group (or returned) but is not its last."""
+    out: list[Stage] = []
+    for stage in stages:
+        if isinstance(stage, TorchStage):
+            out.append(stage)
+            continue
+        piece: list[OpNode] = []
+        inside = {n.name for n in stage.nodes}
+        for node in stage.nodes:
+            piece.append(node)
+            outside = [u for u in graph.users(node.name) if u.name not in inside]
+            if (outside or graph.output.name == node.name) and node is not stage.nodes[-1]:
+                out.append(FusedStage(tuple(piece)))
+                piece = []
+        if piece:
+            out.append(FusedStage(tuple(piece)))
+    return out
+
+
+def drop_identities(graph: OpGraph) -> OpGraph:
+    """`graph` without clone / detach / contiguous calls; their readers (and the output) read the source."""
+    alias: dict[str, str] = {}
+
+    def resolve(value: Value) -> Value:
+        return Ref(alias[value.name]) if isinstance(value, Ref) and value.name in alias else value
+
+    nodes: list[OpNode] = []
+    for node in graph.nodes:
+        if node.kind is OpKind.IDENTITY:
+            source = resolve(node.operands[0])
+            if not isinstance(source, Ref):
+                raise NotApplicable(f"{node.op} of a constant")
+            alias[node.name] = source.name
+            continue
+        operands = tuple(resolve(v) for v in node.operands)
+        params = tuple((k, resolve(v)) for k, v in node.params)
+        nodes.append(dataclasses.replace(node, operands=operands, params=params))
+    output = resolve(graph.output)
+    assert isinstance(output, Ref)
+    return dataclasses.replace(graph, nodes=tuple(nodes), output=output)

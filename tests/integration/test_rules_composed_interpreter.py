@@ -1,0 +1,367 @@
+"""Composed kernels (fusion.composed_kernels) under TRITON_INTERPRET=1 on the CPU, against the reference Model.
+
+Each case is a small task of this file's own (not from any benchmark) combining supported ops in a way no
+special recipe was written for: elementwise ops before / after a library op (linear, conv, conv-transpose,
+matmul, pooling) around one reduction or normalisation. It is generated through the real rules generator
+(`RulesGenerator.generate` with the composed strategy, after `applies` said it does), then run at two input
+shapes in a fresh child process (tl.sum / tl.max need TRITON_INTERPRET=1 set before triton's first import):
+the reference and ModelNew share their parameters, which are first randomised (default norm weights, ones and
+zeros, would hide a wrong broadcast). allclose(rtol=1e-4, atol=1e-4).
+"""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from htam_graph.model import GenerationRequest, GlobalDirection, Language, LocalStrategy, Task
+from htam_graph.rules import RulesGenerator, parse_header
+from htam_graph.rules.compose import KEY
+
+INTERP_CHILD = Path(__file__).with_name("interp_child.py")
+import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+
+# name -> (task source with {placeholders} for the sizes, two size sets)
+CASES: dict[str, tuple[str, list[dict[str, int]]]] = {
+    "linear_gelu_rmsnorm": (
+        """class Model(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+        self.norm = nn.RMSNorm(n_out, eps=1e-6)
+
+    def forward(self, x):
+        x = self.fc(x * 0.5)
+        return self.norm(F.gelu(x)) + 1.0
+
+
+def get_inputs():
+    return [torch.randn({b}, {k})]
+
+
+def get_init_inputs():
+    return [{k}, {n}]
+""",
+        [{"b": 7, "k": 24, "n": 40}, {"b": 3, "k": 9, "n": 129}],
+    ),
+    "conv_scale_sigmoid_groupnorm": (
+        """class Model(nn.Module):
+    def __init__(self, cin, cout, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3)
+        self.scale = nn.Parameter(torch.randn(cout, 1, 1))
+        self.gn = nn.GroupNorm(groups, cout)
+
+    def forward(self, x):
+        x = torch.sigmoid(self.conv(x) * self.scale)
+        return self.gn(x)
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {h}, {w})]
+
+
+def get_init_inputs():
+    return [3, {c}, {g}]
+""",
+        [{"b": 2, "h": 9, "w": 10, "c": 8, "g": 4}, {"b": 3, "h": 6, "w": 13, "c": 6, "g": 3}],
+    ),
+    "affine_logsumexp": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.logsumexp(x * 2 + 1, dim=1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {r}, {i})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 5, "r": 37, "i": 6}, {"b": 2, "r": 300, "i": 1}],
+    ),
+    "frobenius_division": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x / torch.norm(x, p="fro")
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 3, "c": 5, "n": 33}, {"b": 2, "c": 7, "n": 129}],
+    ),
+    "instance_norm_relu": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm = nn.InstanceNorm2d(c, affine=True)
+
+    def forward(self, x):
+        return torch.relu(self.norm(x))
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w}) * 3 + 5]
+
+
+def get_init_inputs():
+    return [{c}]
+""",
+        [{"b": 2, "c": 4, "h": 7, "w": 9}, {"b": 3, "c": 3, "h": 11, "w": 5}],
+    ),
+    "matmul_mean_rows": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b).mean(dim=0) + 0.5
+
+
+def get_inputs():
+    return [torch.randn({m}, {k}), torch.randn({k}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"m": 13, "k": 8, "n": 11}, {"m": 70, "k": 5, "n": 33}],
+    ),
+    "avgpool_softmax": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AvgPool2d(2)
+
+    def forward(self, x):
+        return torch.softmax(self.pool(x), dim=1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 2, "c": 6, "h": 8, "w": 10}, {"b": 1, "c": 17, "h": 6, "w": 5}],
+    ),
+    "batch_norm_tanh": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.tanh(self.bn(x * 2.0))
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w}) + 4]
+
+
+def get_init_inputs():
+    return [{c}]
+""",
+        [{"b": 3, "c": 5, "h": 6, "w": 7}, {"b": 2, "c": 3, "h": 9, "w": 4}],
+    ),
+    "layer_norm_gelu": (
+        """class Model(nn.Module):
+    def __init__(self, h, w):
+        super().__init__()
+        self.ln = nn.LayerNorm((h, w))
+
+    def forward(self, x):
+        return F.gelu(self.ln(x)) * 2
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w}) * 2 + 10]
+
+
+def get_init_inputs():
+    return [{h}, {w}]
+""",
+        [{"b": 3, "c": 4, "h": 5, "w": 6}, {"b": 2, "c": 1, "h": 17, "w": 9}],
+    ),
+    "l2_normalise_rows": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x / (x.norm(p=2, dim=1, keepdim=True) + 1e-6)
+
+
+def get_inputs():
+    return [torch.randn({b}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 6, "n": 50}, {"b": 3, "n": 1000}],
+    ),
+    "standardise_with_var": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(c, 1))
+
+    def forward(self, x):
+        v = torch.var(x, dim=2, keepdim=True)
+        return (x - x.mean(dim=2, keepdim=True)) / torch.sqrt(v + 1e-5) + self.bias
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {n}) + 10]
+
+
+def get_init_inputs():
+    return [{c}]
+""",
+        [{"b": 3, "c": 4, "n": 21}, {"b": 2, "c": 3, "n": 140}],
+    ),
+    "relu_amax_bias_over_channels": (
+        """class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return (torch.amax(torch.relu(x), dim=1) + self.bias) * 3
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {n})]
+
+
+def get_init_inputs():
+    return [{n}]
+""",
+        [{"b": 4, "c": 9, "n": 7}, {"b": 2, "c": 30, "n": 65}],
+    ),
+    "conv_transpose_log_softmax_clamp": (
+        """class Model(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(cin, cout, 3, stride=2)
+
+    def forward(self, x):
+        return torch.log_softmax(self.conv(x) - 0.5, dim=1).clamp(min=-3.0)
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {h}, {w})]
+
+
+def get_init_inputs():
+    return [3, {c}]
+""",
+        [{"b": 2, "h": 5, "w": 4, "c": 6}, {"b": 1, "h": 3, "w": 7, "c": 5}],
+    ),
+    "std_times_sigmoid_sums": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.std() * torch.sigmoid(x).sum(dim=(0, 2)).sum()
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 4, "c": 9, "n": 7}, {"b": 3, "c": 2, "n": 50}],
+    ),
+}
+
+
+def make_task(name: str, source: str) -> Task:
+    return Task(key=f"composed/{name}", suite="kernelbench", level=2, name=f"{name}.py", source=source,
+                source_sha256="0" * 64)  # fmt: skip
+
+
+def generate(task: Task) -> str:
+    """The composed candidate written by the real rules generator for the composed strategy."""
+    request = GenerationRequest(
+        task=task,
+        step=0,
+        direction=GlobalDirection(key="fusion", name="fusion", intent=""),
+        strategy=LocalStrategy(
+            key=KEY, name=KEY, global_key="fusion", languages=[Language.TRITON], pattern=""
+        ),
+        base_source="",
+        language=Language.TRITON,
+        state_summary="",
+        device="cpu",
+    )
+    reply = RulesGenerator().generate(request)
+    assert reply.source is not None, reply.error
+    header = parse_header(reply.source)
+    assert header is not None and header.recipe == KEY
+    return reply.source
+
+
+def check_against_reference(sources: list[str], candidates: list[str], directory: Path) -> list[float]:
+    """Run in the child: each (task, candidate) pair, parameters randomised and shared; the max errors."""
+    import torch
+
+    errors = []
+    for i, (source, candidate) in enumerate(zip(sources, candidates, strict=True)):
+        task = import_candidate(source, directory)
+        new = import_candidate(candidate, directory)
+        torch.manual_seed(i)
+        reference = task.Model(*task.get_init_inputs())
+        with torch.no_grad():
+            for param in reference.parameters():
+                param.copy_(torch.randn_like(param))
+        model = new.ModelNew(*task.get_init_inputs())
+        model.load_state_dict(reference.state_dict())
+        inputs = task.get_inputs()
+        with torch.no_grad():
+            want, got = reference(*inputs), model(*inputs)
+        assert got.shape == want.shape, f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), f"max error {(got - want).abs().max().item()}"
+        errors.append((got - want).abs().max().item())
+    return errors
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_composed_kernel_matches_reference_at_two_shapes(name: str, tmp_path: Path) -> None:
+    template, sizes = CASES[name]
+    sources = [HEADER + template.format(**size) for size in sizes]
+    candidates = []
+    for source in sources:
+        task = make_task(name, source)
+        verdict = RulesGenerator().applies(KEY, task)
+        assert verdict, verdict.reason
+        candidates.append(generate(task))
+    run_isolated: Any = runpy.run_path(str(INTERP_CHILD))["run_isolated"]
+    errors = run_isolated(
+        __file__,
+        "check_against_reference",
+        {"sources": sources, "candidates": candidates, "directory": str(tmp_path)},
+    )
+    assert len(errors) == 2 and all(e <= 1e-4 for e in errors), errors
