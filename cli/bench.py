@@ -78,8 +78,8 @@ def _version(dist: str) -> str:
 
 
 def _timing_method(device: Device) -> str:
-    runs = RunConfig(device=device).timed_runs  # the loop's choice when timing_runs is left unset
-    warmup = EvalRequest.model_fields["warmup_runs"].default
+    config = RunConfig(device=device)  # the loop's choice when timing_runs is left unset
+    runs, warmup = config.timed_runs, config.warmup_runs
     if device == "cuda":
         return (
             f"CUDA events, L2 flushed, median of {runs} runs after {warmup} warm-up, interleaved with the "

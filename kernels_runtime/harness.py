@@ -87,7 +87,7 @@ VARIANT_CACHE_DIR = ""
 
 
 def _variants(req: EvalRequest) -> list[dict[str, Any]]:
-    """`_select_variants`, cached on disk per (task source, shape, extra count).
+    """`_select_variants`, cached on disk per (selection rules, task source, shape, extra count).
 
     The selection is a pure function of the task source (validating a default-size variant on the meta device
     costs ~5 s of one-time imports per worker process, paid by every evaluation otherwise); it is read and written
@@ -95,7 +95,7 @@ def _variants(req: EvalRequest) -> list[dict[str, Any]]:
     """
     return diskcache.cached_json(
         VARIANT_CACHE_DIR,
-        f"{req.shape}|{req.extra_shapes}|{req.task_source}",
+        f"{shapes.SELECTION_VERSION}|{req.shape}|{req.extra_shapes}|{req.task_source}",
         lambda: _select_variants(req),
         _decode_variants,
     )

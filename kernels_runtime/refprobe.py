@@ -47,6 +47,7 @@ class ProbeResult:
     forward_s: float = 0.0
     input_numel: int = 0
     output_numel: int = 0
+    flops: int = 0  # matmul/conv FLOPs of the forward (FlopCounterMode), what an interpreted kernel pays for
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,12 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
         return ProbeResult(False, f"build failed: {_short(e)}", build_s=time.perf_counter() - start)
     build_s = time.perf_counter() - start
     input_numel = sum(t.numel() for t in _tensors(inputs))
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
     start = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), counter:
             out = model(*inputs)
         forward_s = time.perf_counter() - start
         if forward_s > _RETIME_S:
@@ -141,7 +145,8 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
         return ProbeResult(False, f"forward failed: {_short(e)}", build_s=build_s, input_numel=input_numel)
     reason, constant = _check_output(out)
     output_numel = sum(t.numel() for t in _tensors(out))
-    return ProbeResult(not reason, reason, constant, build_s, forward_s, input_numel, output_numel)
+    flops = int(counter.get_total_flops())
+    return ProbeResult(not reason, reason, constant, build_s, forward_s, input_numel, output_numel, flops)
 
 
 def meta_forward(task: types.ModuleType, *, forward: bool = True, count_flops: bool = False) -> MetaRun:

@@ -12,8 +12,9 @@ the name, split into `_`-separated tokens (documented in the README of the runti
 
 Smoke sizes: every scalable size above `FLOOR` is divided by one power-of-two factor (so ratios and most
 divisibility survive) and batch sizes are capped at `SMOKE_BATCH`. The mildest factor whose meta-device estimate
-fits the element/FLOP caps is tried first; the reference then really runs once on the CPU. On an error or an
-empty/NaN output the search backs off (milder scaling); when the run is over budget it scales harder. Results
+fits the element/parameter caps is tried first; the reference then really runs once on the CPU, its matmul/conv
+FLOPs counted. On an error or an empty/NaN output the search backs off (milder scaling); when the run is over
+budget (CPU time, or FLOPs over `MAX_FLOPS`, which an interpreted candidate pays for) it scales harder. Results
 are cached per source sha256 (a pure function of the source); candidate results are never cached here.
 """
 
@@ -56,9 +57,12 @@ FLOOR = 8  # scalable sizes are never shrunk below this (or below their own valu
 SMOKE_BATCH = 2
 MAX_ELEMENTS = 1 << 16  # input + output elements of a smoke variant (meta estimate): Triton candidates run
 # under the interpreter on the CPU, which costs ~5 µs per element, so smoke tensors stay in the tens of thousands
-MAX_PARAMS = 1 << 22
-MAX_FLOPS = 2_000_000_000  # matmul/conv FLOPs of a smoke variant (meta estimate)
+MAX_PARAMS = 1 << 19  # a Linear's weight is what a hand-written GEMM tiles over, program by program
+MAX_FLOPS = 100_000_000  # matmul/conv FLOPs of a smoke variant: a hand-written Triton conv or GEMM pays
+# about 1 s per 2-3 MFLOP under the interpreter, so 1e8 keeps one evaluation of such a candidate near a minute
 DEFAULT_BUDGET_S = 1.0
+# Part of the on-disk cache key of variant selections: raise it when the caps or the search change.
+SELECTION_VERSION = 2
 _GIVE_UP_FACTOR = 10.0  # stop backing off after a failed step that took this many budgets
 _MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
@@ -305,7 +309,7 @@ def _search_ladder(
         raise TaskError(reasons)
     harder = 0
     for i in range(chosen + 1, len(ladder)):
-        if tried[chosen].forward_s + tried[chosen].build_s <= budget_s or harder >= _MAX_HARDER:
+        if not _over_budget(tried[chosen], budget_s) or harder >= _MAX_HARDER:
             break
         if not _shrinks(sizes[i], sizes[chosen]):
             continue  # this step hardly shrinks anything (the cost sits in literal sizes or the weights)
@@ -318,6 +322,12 @@ def _search_ladder(
     result = tried[chosen]
     note = "constant output at every tried variant" if result.constant_output else ""
     return ShapeSpec("smoke", 0, dict(ladder[chosen]), "cpu", result.forward_s, result.build_s, note)
+
+
+def _over_budget(probe: refprobe.ProbeResult, budget_s: float) -> bool:
+    """Whether the reference takes longer than the budget on the CPU, or its FLOPs would make an interpreted
+    candidate slow (the reference's own CPU time says nothing of that: oneDNN runs a conv far faster)."""
+    return probe.forward_s + probe.build_s > budget_s or probe.flops > MAX_FLOPS
 
 
 def _prefer_varying(chosen: int, run: Callable[[int], refprobe.ProbeResult], tryable: list[bool]) -> int:

@@ -1,0 +1,77 @@
+"""The wall time of one CPU evaluation at `--shape smoke`, per kind of task and candidate.
+
+    python benchmarks/smoke_eval_cost.py [--candidates FILE ...] [--timeout-s 600]
+
+Target (README, "Set-up"): one evaluation under a minute for every kind of task, so that a two-step smoke run
+of `htam-graph run --device cpu --shape smoke` ends in minutes. The candidates are hand-written Triton kernels
+of the kinds a model writes (a direct convolution, a tiled GEMM + GroupNorm, a row log-softmax, elementwise
+ops): under Triton's interpreter their cost follows the work of the shape variant, not the speed of the
+reference's oneDNN kernels, so they are what the smoke caps must be sized for. Each evaluation uses the loop's
+CPU request (5 correctness trials, one extra shape variant, 3 timed runs) in a fresh cache folder (cold: the
+shape search runs too). The table gives the chosen smoke overrides, the reference's matmul/conv FLOPs there
+and the evaluation's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from htam_graph.kernels_runtime import shapes
+from htam_graph.kernels_runtime.corpus import candidate_task
+from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.refprobe import probe_cpu
+from htam_graph.model import EvalRequest
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELBENCH = REPO / "tests" / "data" / "kernelbench"
+DEFAULT_CANDIDATES = [
+    REPO / "benchmarks/candidates/triton_conv2d_direct.py",
+    REPO / "benchmarks/candidates/triton_gemm_groupnorm.py",
+    REPO / "tests/data/candidates/triton_log_softmax.py",
+    REPO / "tests/data/candidates/triton_leaky_relu.py",
+]
+
+
+Row = tuple[str, str, dict[str, object], int, float, str, str]
+
+
+def evaluate_one(path: Path, timeout_s: float) -> Row:
+    """(candidate, task, smoke overrides, reference FLOPs there, evaluation wall s, verdict, worker phases)."""
+    source = path.read_text(encoding="utf-8")
+    task = candidate_task(source) or ""
+    task_source = (KERNELBENCH / task).read_text(encoding="utf-8")
+    spec = shapes.smoke_overrides(task_source, name=task)
+    flops = probe_cpu(task_source, task, spec.overrides).flops
+    with tempfile.TemporaryDirectory() as cache:
+        request = EvalRequest(task_key=task, task_source=task_source, candidate_source=source, device="cpu",
+                              shape="smoke", trials=5, extra_shapes=1, timing_runs=3, measure_baselines=False,
+                              timeout_s=timeout_s)  # fmt: skip
+        start = time.perf_counter()
+        result = SubprocessEvaluator(cache_dir=Path(cache)).evaluate(request)
+        wall_s = time.perf_counter() - start
+    verdict = "correct" if result.correct else (result.error_kind.value if result.error_kind else "?")
+    phases = result.checks.get("phase_s", "").removeprefix("info: ")
+    return path.name, task, dict(spec.overrides), flops, wall_s, verdict, phases
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--candidates", type=Path, nargs="*", default=DEFAULT_CANDIDATES)
+    p.add_argument("--timeout-s", type=float, default=600.0)
+    args = p.parse_args()
+    os.environ["TRITON_INTERPRET"] = "1"
+    rows = [evaluate_one(path, args.timeout_s) for path in args.candidates]
+    print(f"{'candidate':<28} {'task':<52} {'MFLOP':>8} {'wall s':>7}  verdict   smoke overrides")
+    for name, task, overrides, flops, wall_s, verdict, _ in rows:
+        print(f"{name:<28} {task[:52]:<52} {flops / 1e6:>8.1f} {wall_s:>7.1f}  {verdict:<9} {overrides}")
+    for name, *_, phases in rows:
+        print(f"{name:<28} worker phases (s): {phases}")
+    print(f"cpu: {os.cpu_count()} cores, Triton interpreter, fp32, rtol=atol=1e-4, cold cache per evaluation")
+
+
+if __name__ == "__main__":
+    main()
