@@ -204,6 +204,8 @@ def _finish(
         done["memory"] = str(out / "memory" / "bank.jsonl")
     except HtamError as e:
         console.print(f"[yellow]warning[/]: memory export failed: {e}")
+    if not rows:  # every run awaits a reply (or none ran): there is nothing to report yet
+        return done
     try:
         from htam_graph.cli.reportlib import write_report
 
@@ -286,7 +288,7 @@ def bench(
     all_selectors = [*selectors, *more_selectors]
     if not all_selectors:
         raise click.UsageError("give at least one --tasks SELECTOR")
-    console = Console(stderr=True, quiet=as_json)
+    console = Console(stderr=True, soft_wrap=True)  # stderr also under --json (stdout: the JSON summary)
     from htam_graph.cli.benchbudget import BenchBudget
 
     deferred = backend == "files" or backend.startswith("batch:")

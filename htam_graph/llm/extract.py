@@ -34,7 +34,8 @@ _PROSE_LINE = re.compile(r"^([A-Z][a-z']*[\s:,.!]|[A-Z][a-z]+$|\*\*|#+\s|[-*>]\s
 # `STRATEGY: key` in any case, with markdown around it (`**Strategy:** \`key\``, `> strategy - key`).
 _STRATEGY_LINE = re.compile(r"^[\s>#*_-]*strategy[\s*_]*[:=\-][\s*_`'\"]*(?P<value>.*)$", re.IGNORECASE)
 _STRATEGY_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_NO_STRATEGY = re.compile(r"^(none|n/a|no\b)", re.IGNORECASE)  # "none", "no applicable strategy", "N/A"
+# "none", "N/A", "no applicable strategy" (keys hold no spaces, so "no.such.key" is a key)
+_NO_STRATEGY = re.compile(r"^((none|n/a)(?!\w|\.\w)|no\s)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
