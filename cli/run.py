@@ -117,8 +117,7 @@ class _Runs:
         resume, prior = resumed if resumed else (None, [])
         console.print(
             f"[bold]{task.key}[/] ({', '.join(task.op_tags)}) — {cfg.policy}, {escape(self.backend)}, "
-            f"{cfg.steps} steps on {cfg.device}"
-            + _resumed_note(resume)
+            f"{cfg.steps} steps on {cfg.device}" + _resumed_note(resume)
         )
         if files:
             files.steps = list(prior)
