@@ -10,6 +10,7 @@ notes/BENCH_FORMAT.md for the folder contract, `benchrun.py` for the engine, `ex
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -327,7 +328,12 @@ def bench(
             not_run = _run_with_progress(
                 runner, jobs, results, total, workers, console, as_json, budget.may_start, held.append
             )
-            if not held or courier is None or not courier.deliver([out_dir / "runs"], console):
+            say = functools.partial(console.print, markup=False, highlight=False)
+            if (
+                not held
+                or courier is None
+                or not courier.deliver(out_dir / "runs", out_dir / "batch.json", say)
+            ):
                 break
             runner, _ = _make_executor(
                 executor, device, workers, task_timeout_s

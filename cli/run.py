@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,7 +299,8 @@ def run(
         while courier is not None and out_dir is not None:
             if not any(s.get("awaiting_reply") for s in summaries.values()):
                 break
-            if not courier.deliver([Path(out_dir)], console):
+            say = functools.partial(console.print, markup=False, highlight=False)
+            if not courier.deliver(Path(out_dir), Path(out_dir) / "batch.json", say):
                 break  # the batch is still running: the same command collects it later
             for task in resolved:
                 if summaries[task.key].get("awaiting_reply"):
