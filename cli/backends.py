@@ -18,10 +18,8 @@ from htam_graph.ports import Generator
 __all__ = ["BACKEND_HELP", "LLMFlags", "llm_options", "make_backend", "run_generator"]
 
 BACKEND_HELP = (
-    "rules (offline, no key) | anthropic[:MODEL] | openai:MODEL | llm:MODEL (any model of the `llm` "
-    'library and its plugins) | command:"CMD ..." (a program reads the request on stdin, prints the reply) | '
-    "files (each request is written to OUT/pending/; save the reply there and run again) | "
-    "batch:anthropic[:MODEL] | batch:openai:MODEL (the requests of a bench as one batch job) | replay:FILE"
+    'rules | anthropic[:MODEL] | openai:MODEL | llm:MODEL | command:"CMD ..." | files | '
+    "batch:anthropic[:MODEL] | batch:openai:MODEL | replay:FILE (each described above)"
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
