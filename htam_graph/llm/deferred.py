@@ -65,8 +65,8 @@ class InboxGenerator:
 
     def _saved(self, request: GenerationRequest) -> SavedReply | None:
         pending = read_pending(self.pending_dir, request.step)
-        if pending is None or pending.task_key != request.task.key:
-            return None  # a reply answers only the request written beside it
+        if pending is None or pending.pending.request != request:
+            return None  # a reply answers only the very request written beside it (never a fresh run's)
         return read_reply(self.pending_dir, request.step)
 
     def resumed(self, task_key: str, steps: Sequence[int]) -> None:
