@@ -3,11 +3,13 @@
 Load it with `llm.plugins.pm.register(module, name=...)`, as `llm` itself registers installed plugins; then
 `llm.get_model("stub-model")` (or its alias `stub`) finds it. `stub-model` answers every prompt with the next
 of `REPLIES` (the last one repeats), records the prompts it was given, and reports token usage;
-`stub-keyed` needs a key (`llm keys set stub-key` or `HTAM_STUB_KEY`) and answers the same way.
+`stub-keyed` needs a key (`llm keys set stub-key` or `HTAM_STUB_KEY`) and answers the same way; `stub-slow`
+answers after `SLOW_S` seconds; `stub-broken` raises, as a plugin whose service failed does.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ import llm
 REPLIES: list[str] = ["no code"]
 SEEN: list[dict[str, Any]] = []
 FINISH: list[str] = ["stop"]
+SLOW_S = 5.0
 
 
 def _answer(prompt: llm.Prompt, response: llm.Response, options: Any) -> Iterator[str]:
@@ -50,7 +53,29 @@ class KeyedStubModel(llm.KeyModel):
         yield from _answer(prompt, response, prompt.options)
 
 
+class SlowStubModel(StubModel):
+    model_id = "stub-slow"
+
+    def execute(
+        self, prompt: llm.Prompt, stream: bool, response: llm.Response, conversation: Any
+    ) -> Iterator[str]:
+        time.sleep(SLOW_S)
+        yield from _answer(prompt, response, prompt.options)
+
+
+class BrokenStubModel(StubModel):
+    model_id = "stub-broken"
+
+    def execute(
+        self, prompt: llm.Prompt, stream: bool, response: llm.Response, conversation: Any
+    ) -> Iterator[str]:
+        raise ConnectionError("the stub service is down")
+        yield ""
+
+
 @llm.hookimpl
 def register_models(register: Any) -> None:
     register(StubModel(), aliases=("stub",))
     register(KeyedStubModel())
+    register(SlowStubModel())
+    register(BrokenStubModel())

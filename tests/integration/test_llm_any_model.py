@@ -146,3 +146,17 @@ def test_a_command_failing_every_step_stops_the_run_with_no_evidence(
 def test_command_not_found_is_one_line(htam_settings: Settings, tmp_path: Path) -> None:
     code, _, stderr = invoke(htam_settings, run_args("command:no-such-agent -p", tmp_path / "out"))
     one_line_error(code, stderr, "command not found: no-such-agent")
+
+
+def test_llm_timeouts_and_plugin_failures_fail_the_step_only(stub: ModuleType) -> None:
+    from htam_graph.errors import StepInfraError
+    from htam_graph.llm import make_generator
+
+    request = runpy.run_path(str(Path(__file__).with_name("test_llm_backends.py")))["make_request"]()
+    stub.SLOW_S = 3.0
+    slow = make_generator("llm:stub-slow", env={}, timeout_s=0.3)
+    with pytest.raises(StepInfraError, match=r"^llm:stub-slow: no answer within 0.3 s \(--llm-timeout\)"):
+        slow.generate(request)
+    broken = make_generator("llm:stub-broken", env={})
+    with pytest.raises(StepInfraError, match="^llm:stub-broken: ConnectionError: the stub service is down$"):
+        broken.generate(request)
