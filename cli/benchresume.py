@@ -34,11 +34,8 @@ __all__ = ["KEPT_FOR_RESUME", "load_resume"]
 
 log = logging.getLogger(__name__)
 
-KEPT_FOR_RESUME = (
-    "trajectory.json",
-    "candidates",
-    PENDING_DIR,
-)  # what a restarted job keeps of its run folder
+# What a restarted job keeps of its run folder.
+KEPT_FOR_RESUME = ("trajectory.json", "candidates", PENDING_DIR)
 
 
 def load_resume(run_dir: Path, steps: int) -> tuple[Resume, list[dict[str, Any]]] | None:

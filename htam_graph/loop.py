@@ -87,9 +87,8 @@ class _Choice:
     local: LocalWithEvidence | None
     examples: list[AttemptExample]
     alternatives: list[LocalWithEvidence] = field(default_factory=list)
-    offered: tuple[
-        str, ...
-    ] = ()  # set when the request is made: the drawn local first, then the alternatives
+    # Set when the request is made: the drawn local first, then the alternatives.
+    offered: tuple[str, ...] = ()
     chosen: str | None = None  # what the attempt is credited to (see GenerationRecord.chosen)
 
 
@@ -128,9 +127,8 @@ class OptimizationLoop:
         self.on_step = on_step
         self.model_name = model_name
         self.on_phase = on_phase
-        self._known_locals: dict[str, LocalStrategy] | None = (
-            None  # every local in the memory, read once a run
-        )
+        # Every local strategy in the memory, read once a run when a reply names one that was not offered.
+        self._known_locals: dict[str, LocalStrategy] | None = None
 
     # ------------------------------------------------------------------------------------------- the run
     def run(self, task: Task, resume: Resume | None = None) -> RunResult:

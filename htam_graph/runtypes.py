@@ -168,9 +168,8 @@ class RunResult:
     steps: list[StepOutcome] = field(default_factory=list)
     stopped_reason: str = ""
     backend_error: BackendError | None = None
-    pending: PendingStep | None = (
-        None  # set when the run stopped awaiting a reply (stopped_reason awaiting_reply)
-    )
+    # Set when the run stopped awaiting a reply (stopped_reason "awaiting_reply").
+    pending: PendingStep | None = None
     ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
     ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
     first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome
