@@ -10,6 +10,7 @@ notes/BENCH_FORMAT.md for the folder contract, `benchrun.py` for the engine, `ex
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from rich.progress import (
 )
 
 from htam_graph import __version__
+from htam_graph.cli.backends import LLMFlags, llm_options, make_backend
 from htam_graph.cli.benchrun import (
     BENCH_JSON,
     FORMAT_VERSION,
@@ -45,7 +47,8 @@ from htam_graph.cli.benchrun import (
     resolve_selectors,
     write_json,
 )
-from htam_graph.cli.run import make_backend, pick_device
+from htam_graph.cli.replies import awaiting_line, courier_for
+from htam_graph.cli.run import pick_device
 from htam_graph.errors import ConfigError, HtamError
 from htam_graph.loop import POLICIES, RunConfig
 from htam_graph.model import Device, EvalRequest, Language, PrecisionPolicy, ShapeVariant
@@ -138,6 +141,7 @@ def _command(spec: BenchSpec, out: Path) -> str:
         args.append("--frozen-memory")
     if spec.budget_usd is not None:
         args += ["--budget-usd", f"{spec.budget_usd:g}"]
+    args += spec.llm_flags.args()
     return shlex.join([*args, "--out", str(out)])
 
 
@@ -201,6 +205,8 @@ def _finish(
         done["memory"] = str(out / "memory" / "bank.jsonl")
     except HtamError as e:
         console.print(f"[yellow]warning[/]: memory export failed: {e}")
+    if not rows:  # every run awaits a reply (or none ran): there is nothing to report yet
+        return done
     try:
         from htam_graph.cli.reportlib import write_report
 
@@ -243,7 +249,9 @@ def _finish(
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
               help="One LLM dollar budget shared by every run (kept in DIR/budget.jsonl across resumes).")  # fmt: skip
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--json", "as_json", is_flag=True, help="No progress display; print a JSON summary at the end.")
+@click.option("--json", "as_json", is_flag=True,
+              help="No progress bar (each run's line still goes to stderr); print a JSON summary at the end.")  # fmt: skip
+@llm_options
 @click.pass_obj
 def bench(
     settings: Settings,
@@ -266,19 +274,29 @@ def bench(
     budget_usd: float | None,
     out_dir: Path,
     as_json: bool,
+    llm_flags: LLMFlags,
 ) -> None:
     """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue; a run
-    cut mid-way continues at its next step)."""
+    cut mid-way continues at its next step).
+
+    With --backend files (or a replay file lacking a request) every run stops at the step whose reply it awaits,
+    its request written to DIR/runs/.../pending/; the bench ends (exit 0) saying how many await, and the same
+    command, once the replies are saved, continues each at that step. With batch:anthropic / batch:openai the
+    awaited requests go out as one batch job, are polled for up to --llm-timeout seconds, and the runs resume."""
     from htam_graph import memory
     from htam_graph.store import store_session
 
     all_selectors = [*selectors, *more_selectors]
     if not all_selectors:
         raise click.UsageError("give at least one --tasks SELECTOR")
-    console = Console(stderr=True, quiet=as_json)
+    console = Console(stderr=True, soft_wrap=True)  # stderr also under --json (stdout: the JSON summary)
     from htam_graph.cli.benchbudget import BenchBudget
 
-    _, model, _ = make_backend(backend, budget_usd, base_url)  # checks the backend (key, price) up front
+    deferred = backend == "files" or backend.startswith("batch:")
+    if deferred and executor == "ray":
+        raise ConfigError(f"--backend {backend} needs --executor local (a Ray task keeps no run folder)")
+    # checks the backend (key, price, command) up front
+    _, model, _ = make_backend(backend, budget_usd, base_url, flags=llm_flags)
     budget = BenchBudget(out_dir, budget_usd)
     runner, resolved = _make_executor(executor, device, workers, task_timeout_s)
     try:
@@ -292,6 +310,7 @@ def bench(
             shape=cast(ShapeVariant, shape), seeds=seeds, workers=workers, executor=executor,
             frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision), language=Language(language),
             task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s, base_url=base_url, budget_usd=budget_usd,
+            llm_flags=llm_flags,
         )  # fmt: skip
         meta = _bench_meta(spec, out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -301,11 +320,24 @@ def bench(
             meta["resumed_ms"] = [*stored.get("resumed_ms", []), int(time.time() * 1000)]
         write_json(out_dir / BENCH_JSON, meta)
         results = ResultsLog(out_dir / RESULTS)
-        jobs = plan_jobs(spec, tasks, settings, out_dir, results.done)
         total = len(tasks) * len(spec.policies) * len(spec.seeds)
-        not_run = _run_with_progress(
-            runner, jobs, results, total, workers, console, as_json, budget.may_start
-        )
+        courier = courier_for(backend, base_url, llm_flags)
+        while True:
+            held: list[dict[str, Any]] = []
+            jobs = plan_jobs(spec, tasks, settings, out_dir, results.done)
+            not_run = _run_with_progress(
+                runner, jobs, results, total, workers, console, as_json, budget.may_start, held.append
+            )
+            say = functools.partial(console.print, markup=False, highlight=False)
+            if (
+                not held
+                or courier is None
+                or not courier.deliver(out_dir / "runs", out_dir / "batch.json", say)
+            ):
+                break
+            runner, _ = _make_executor(
+                executor, device, workers, task_timeout_s
+            )  # `drive` shut the last down
     finally:
         runner.shutdown()
     meta["budget"] = budget.summary(not_run, results.rows)
@@ -314,10 +346,13 @@ def bench(
     summary = {
         "out": str(out_dir), "runs": score.runs, "new": len(jobs), "skipped": total - len(jobs),
         "statuses": score.statuses, "correct": score.correct, "fast_1": score.fast_1,
-        "geomean_eager_x": score.geomean_eager_x, "budget": meta["budget"], **done,
+        "geomean_eager_x": score.geomean_eager_x, "budget": meta["budget"], "awaiting_reply": len(held), **done,
     }  # fmt: skip
+    waiting = awaiting_line(held)
     spent = budget.exhausted(not_run, results.rows)
     if as_json:
+        if waiting:
+            console.print(waiting, highlight=False, soft_wrap=True, markup=False)
         click.echo(json.dumps(summary, indent=2))
         if spent is not None:
             raise spent
@@ -329,6 +364,8 @@ def bench(
     console.print(f"  {_score_text(score)} over eager -> {out_dir}")
     if done["report"]:
         console.print(f"  report: {done['report']}")
+    if waiting:
+        console.print(waiting, highlight=False, soft_wrap=True, markup=False)
     if spent is not None:
         raise spent  # one line, exit 1: the budget ran out before every run finished
 
@@ -367,10 +404,15 @@ def _run_with_progress(
     console: Console,
     quiet: bool,
     may_start: Any = None,
+    on_held: Any = None,
 ) -> int:
-    """Drive the jobs (with a progress bar unless `quiet`); returns how many did not run (see `drive`)."""
+    """Drive the jobs (with a progress bar unless `quiet`: then one line per run on stderr); returns how many
+    did not run (see `drive`). Runs stopped awaiting a reply go to `on_held`."""
     if quiet:
-        return drive(runner, jobs, results, workers, may_start=may_start)
+        return drive(
+            runner, jobs, results, workers, on_row=lambda row: console.print(_row_line(row)),
+            may_start=may_start, on_held=on_held,
+        )  # fmt: skip
     progress = Progress(
         TextColumn("[bold]bench"),
         BarColumn(),
@@ -390,4 +432,4 @@ def _run_with_progress(
             progress.console.print(_row_line(row))
             progress.update(bar, advance=1, score=_score_text(Score.of(results.rows)))
 
-        return drive(runner, jobs, results, workers, on_row=on_row, may_start=may_start)
+        return drive(runner, jobs, results, workers, on_row=on_row, may_start=may_start, on_held=on_held)

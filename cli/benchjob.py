@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from htam_graph.cli.backends import LLMFlags
 from htam_graph.errors import BudgetExceeded
 from htam_graph.loop import RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
@@ -27,7 +28,18 @@ from htam_graph.settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Job", "run_job", "result_row", "failure_row", "child_main", "run_dir_name", "TRAJECTORY_KEYS"]
+__all__ = [
+    "AWAITING",
+    "Job",
+    "run_job",
+    "result_row",
+    "failure_row",
+    "child_main",
+    "run_dir_name",
+    "TRAJECTORY_KEYS",
+]
+
+AWAITING = "awaiting_reply"  # the status of a run that stopped awaiting a reply (never in results.jsonl)
 
 # The per-step fields kept in results.jsonl (the full eval of every step stays in runs/.../trajectory.json).
 TRAJECTORY_KEYS = (
@@ -65,6 +77,7 @@ class Job:
     row_path: Path  # where the worker writes its results row (JSON)
     budget_usd: float | None = None  # the bench's shared dollar limit (--budget-usd), None: none
     budget_path: Path | None = None  # DIR/budget.jsonl, the ledger every run of the bench writes to
+    llm_flags: LLMFlags = LLMFlags()  # --llm-timeout, --max-tokens, --temperature, --price, --record, ...
 
     @property
     def triple(self) -> tuple[str, str, int]:
@@ -91,9 +104,11 @@ def run_dir_name(task_key: str, policy: str, seed: int) -> Path:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Run the loop for one job in this process; return its results row (status done or error)."""
+    from htam_graph.cli.backends import make_backend, run_generator
     from htam_graph.cli.benchbudget import FileLedger
     from htam_graph.cli.benchresume import load_resume
-    from htam_graph.cli.run import RunFiles, make_backend, summary_of
+    from htam_graph.cli.run import summary_of
+    from htam_graph.cli.runfiles import RunFiles
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
     from htam_graph.loop import OptimizationLoop
     from htam_graph.store import store_session
@@ -105,12 +120,20 @@ def run_job(job: Job) -> dict[str, Any]:
     if job.budget_usd is not None and job.budget_path is not None:
         ledger = FileLedger(job.budget_path, "/".join(map(str, job.triple)))
     generator, model, executable = make_backend(
-        job.backend, job.budget_usd, job.base_url, precision_policy=job.precision_policy, ledger=ledger
+        job.backend,
+        job.budget_usd,
+        job.base_url,
+        precision_policy=job.precision_policy,
+        ledger=ledger,
+        flags=job.llm_flags,
+        notify=lambda message: log.warning("%s", message),  # into the run's worker.log
     )
     cfg = job.run_config()
-    resumed = load_resume(job.run_dir, job.steps)  # the steps of this run before a cut, if it was cut
+    # the steps of this run before a cut (or before it stopped awaiting a reply), if any
+    resumed = load_resume(job.run_dir, job.steps)
     resume, prior_rows = resumed if resumed else (None, None)
     files = RunFiles(job.run_dir, job.task.key, multi=False, prior_steps=prior_rows)
+    generator = run_generator(generator, job.run_dir, job.llm_flags)
     evaluator = SubprocessEvaluator(cache_dir=job.settings.htam_home / "cache")
     with store_session(job.settings) as store:
         loop = OptimizationLoop(
@@ -125,11 +148,17 @@ def run_job(job: Job) -> dict[str, Any]:
         )
         result = loop.run(job.task, resume=resume)
     summary = summary_of(result, cfg, job.backend, model)
+    if result.pending is not None:
+        reply = files.await_reply(result, result.pending, cfg_record(job))
+        summary["awaiting_reply"] = str(reply)
     files.finish(result, summary)
     row = result_row(job, result, summary, files.steps, time.perf_counter() - start)
     # wall_s is this invocation's time only; the steps before a cut were made (and timed) by an earlier one
     row["resumed_after_steps"] = len(resume.steps) if resume else 0
-    if isinstance(result.backend_error, BudgetExceeded):
+    if result.pending is not None:
+        # Not a result yet: the driver keeps it out of results.jsonl, and the same bench command resumes it.
+        row.update(status=AWAITING, awaiting_reply=summary["awaiting_reply"])
+    elif isinstance(result.backend_error, BudgetExceeded):
         # Stopped cleanly by the shared budget: its steps are real results (a run cut short, status done);
         # a run stopped before its first step did nothing (status budget: the driver drops it, a resume redoes it).
         status = "done" if result.steps else "budget"
@@ -137,6 +166,13 @@ def run_job(job: Job) -> dict[str, Any]:
     elif result.backend_error is not None:
         row.update(status="error", error=_one_line(str(result.backend_error)))
     return row
+
+
+def cfg_record(job: Job) -> dict[str, Any]:
+    """The configuration a pending request of this job records (see `runfiles.run_config_record`)."""
+    from htam_graph.cli.runfiles import run_config_record
+
+    return run_config_record(job.run_config(), job.backend)
 
 
 def _reference_times(steps: list[dict[str, Any]]) -> tuple[float | None, float | None]:

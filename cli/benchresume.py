@@ -6,10 +6,15 @@ steps of every run in flight at the cut: on the H200 bench of 2026-11-30 (one GP
 was most of the work of the 330-350 s elementwise tasks, and a call finished 6 tasks. `load_resume` reads the
 steps back so that the loop continues at the next one, under the same run key (`OptimizationLoop.run(resume=)`).
 
+A run that stopped awaiting a reply left its request in `pending/step_<k+1>.request.json` (after k steps, maybe
+none): it is resumed at that step with the saved request and random state (`Resume.pending`), so it continues
+exactly as if the reply had come at once.
+
 Nothing is resumed from files that do not read back exactly: a missing or malformed trajectory, a step out of
 order, an attempt key of another run, or a candidate that was evaluated but whose source file is missing all
-mean a fresh start. Only the local executor keeps the files between bench invocations (a Ray task runs in a
-node-local folder), so Ray runs always start fresh.
+mean a fresh start (a pending request that does not read back is an error: its run cannot go on without it).
+Only the local executor keeps the files between bench invocations (a Ray task runs in a node-local folder), so
+Ray runs always start fresh.
 """
 
 from __future__ import annotations
@@ -21,35 +26,41 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from htam_graph.llm.pending import PENDING_DIR, read_pending
 from htam_graph.model import ErrorKind, EvalResult, Usage
-from htam_graph.runtypes import Resume, StepOutcome
+from htam_graph.runtypes import GenerationRecord, Resume, StepOutcome
 
 __all__ = ["KEPT_FOR_RESUME", "load_resume"]
 
 log = logging.getLogger(__name__)
 
-KEPT_FOR_RESUME = ("trajectory.json", "candidates")  # what a restarted job keeps of its run folder
+# What a restarted job keeps of its run folder.
+KEPT_FOR_RESUME = ("trajectory.json", "candidates", PENDING_DIR)
 
 
 def load_resume(run_dir: Path, steps: int) -> tuple[Resume, list[dict[str, Any]]] | None:
-    """The first `steps` steps a cut run left in `run_dir` and their trajectory rows, or None (start fresh)."""
+    """The first `steps` steps a cut run left in `run_dir` and their trajectory rows, with the request it
+    awaits a reply for, if any; None to start fresh."""
     path = run_dir / "trajectory.json"
-    if not path.is_file():
-        return None
+    rows: list[dict[str, Any]] = []
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(rows, list) or not rows:
-            return None
-        rows = rows[:steps]
+        if path.is_file():
+            rows = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(rows, list):
+                return None
+            rows = rows[:steps]
         outcomes = tuple(_outcome(run_dir, k, row) for k, row in enumerate(rows, start=1))
     except (OSError, ValueError, KeyError, TypeError, ValidationError) as e:
         log.warning("not resuming %s: %s", run_dir, e)
         return None
-    run_key = outcomes[0].attempt_key.rsplit("-s", 1)[0]
+    awaited = read_pending(run_dir / PENDING_DIR, len(rows) + 1) if len(rows) < steps else None
+    if not outcomes and awaited is None:
+        return None
+    run_key = awaited.run_key if awaited is not None else outcomes[0].attempt_key.rsplit("-s", 1)[0]
     if any(o.attempt_key != f"{run_key}-s{o.step}" for o in outcomes):
         log.warning("not resuming %s: its steps belong to different runs", run_dir)
         return None
-    return Resume(run_key, outcomes), rows
+    return Resume(run_key, outcomes, awaited.pending if awaited is not None else None), rows
 
 
 def _outcome(run_dir: Path, k: int, row: dict[str, Any]) -> StepOutcome:
@@ -79,4 +90,25 @@ def _outcome(run_dir: Path, k: int, row: dict[str, Any]) -> StepOutcome:
         result=evaluation,
         usage=Usage.model_validate(row.get("usage") or {}),
         attempt_key=str(row["attempt_key"]),
+        generation=_generation(run_dir, k, row.get("generation")),
+    )
+
+
+def _generation(run_dir: Path, k: int, data: Any) -> GenerationRecord | None:
+    """Step k's generation record, with its raw reply read back from beside its candidate."""
+    if not data:
+        return None
+    reply = run_dir / "candidates" / f"step_{k}.reply.md"
+    return GenerationRecord(
+        offered=tuple(str(key) for key in data["offered"]),
+        named=data.get("named"),
+        chosen=data.get("chosen"),
+        extraction=str(data.get("extraction") or ""),
+        finish_reason=str(data.get("finish_reason") or ""),
+        truncated=bool(data.get("truncated")),
+        latency_s=float(data["latency_s"]) if data.get("latency_s") is not None else None,
+        attempts=int(data.get("attempts") or 1),
+        model=str(data.get("model") or ""),
+        infra_error=bool(data.get("infra_error")),
+        raw_text=reply.read_text(encoding="utf-8") if reply.is_file() else "",
     )

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from htam_graph.cli.backends import LLMFlags
 from htam_graph.cli.benchbudget import BUDGET_FILE
-from htam_graph.cli.benchjob import Job, run_dir_name
+from htam_graph.cli.benchjob import AWAITING, Job, run_dir_name
 from htam_graph.errors import ConfigError, TaskError
 from htam_graph.importers.formats import scan_path
 from htam_graph.importers.tasks_store import get_task, list_tasks, record_tasks
@@ -85,6 +86,7 @@ class BenchSpec:
     candidate_timeout_s: float
     base_url: str | None = None
     budget_usd: float | None = None  # one dollar limit shared by every run (DIR/budget.jsonl)
+    llm_flags: LLMFlags = LLMFlags()
 
     def config(self) -> dict[str, Any]:
         return {
@@ -283,6 +285,7 @@ def plan_jobs(
                         row_path=run_dir / ".row.json",
                         budget_usd=spec.budget_usd,
                         budget_path=out_dir / BUDGET_FILE if spec.budget_usd is not None else None,
+                        llm_flags=spec.llm_flags,
                     )
                 )
     return jobs
@@ -309,12 +312,14 @@ def drive(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_tick: Callable[[], None] | None = None,
     may_start: Callable[[], bool] | None = None,
+    on_held: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """Run `jobs` on `executor`, at most `max_in_flight` at once, appending each row as its run ends.
 
     `may_start` is asked before each new run (the shared budget): once it says no, no run starts and the
     ones in flight finish. Returns how many jobs did not run: never started, or stopped by the budget before
-    their first step (status `budget`; not recorded, so a resume runs them).
+    their first step (status `budget`; not recorded, so a resume runs them). A run that stopped awaiting a
+    reply (status `awaiting_reply`) is not recorded either: its row goes to `on_held`, and a resume continues it.
     On any exit other than completion (Ctrl-C, an error) the runs in flight are killed, not recorded."""
     pending = collections.deque(jobs)
     not_run = 0
@@ -329,6 +334,10 @@ def drive(
             for row in executor.wait(0.5):
                 if row.get("status") == "budget":
                     not_run += 1
+                    continue
+                if row.get("status") == AWAITING:
+                    if on_held:
+                        on_held(row)
                     continue
                 results.append(row)
                 if on_row:

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import functools
 import json
-import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from htam_graph import memory
+from htam_graph.cli.backends import BACKEND_HELP, LLMFlags, llm_options, make_backend, run_generator
+from htam_graph.cli.progress import StepProgress
+from htam_graph.cli.replies import awaiting_line, courier_for
+from htam_graph.cli.runfiles import RunFiles, resume_run, run_config_record, step_row
 from htam_graph.cli.tasksel import resolve_task
-from htam_graph.errors import ConfigError
-from htam_graph.loop import POLICIES, OptimizationLoop, RunConfig, RunResult, StepOutcome
-from htam_graph.model import Device, Language, PrecisionPolicy
-from htam_graph.ports import Generator
+from htam_graph.errors import BackendError, ConfigError
+from htam_graph.loop import POLICIES, OptimizationLoop, RunConfig, RunResult
+from htam_graph.model import Device, Language, PrecisionPolicy, Task
+from htam_graph.ports import Evaluator, Generator, GraphStore
 from htam_graph.settings import Settings
+
+__all__ = ["RunFiles", "gpu_name", "make_backend", "pick_device", "run", "step_row", "summary_of"]
 
 
 def pick_device(device: str) -> Device:
@@ -39,85 +46,6 @@ def gpu_name(device: Device) -> str:
     import torch
 
     return str(torch.cuda.get_device_name(0))
-
-
-def make_backend(
-    spec: str,
-    budget_usd: float | None,
-    base_url: str | None,
-    *,
-    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT,
-    autotune_dir: Path | None = None,
-    device_name: str = "",
-    ledger: Any = None,
-) -> tuple[Generator, str, Any]:
-    """The generator for `--backend`, its model name, and the executable-locals hook (rules only).
-
-    Rules only: `precision_policy` decides which recipes are executable (the precision track's only under a
-    non-strict policy); `autotune_dir` holds the launch-configuration cache (None: remembered in this process
-    only, as in benches, whose runs must stay independent); `device_name` is the GPU the cache is keyed by.
-    LLM backends only: `ledger` (a `SpendLedger`) makes `budget_usd` a limit shared with every other tracker
-    writing to that ledger (a bench's --budget-usd).
-    """
-    if spec == "rules":
-        from htam_graph.rules import RulesGenerator
-        from htam_graph.rules.autotune import AutotuneCache, Autotuner
-
-        rules = RulesGenerator(autotuner=Autotuner(AutotuneCache(autotune_dir), device_name))
-        return rules, "rules", functools.partial(rules.recipes_for, precision_policy=precision_policy)
-    from htam_graph.llm.budget import BudgetTracker
-    from htam_graph.llm.registry import make_generator
-
-    generator = make_generator(
-        spec, env=os.environ, base_url=base_url, budget=BudgetTracker(budget_usd, ledger)
-    )
-    return generator, getattr(generator, "model", spec), None
-
-
-class RunFiles:
-    """The `--out` folder: every candidate as it is made, the trajectory after every step, the best at the end."""
-
-    def __init__(
-        self, root: Path, task_key: str, multi: bool, prior_steps: list[dict[str, Any]] | None = None
-    ) -> None:
-        self.dir = root / task_key.replace("/", "__") if multi else root
-        (self.dir / "candidates").mkdir(parents=True, exist_ok=True)
-        self.steps: list[dict[str, Any]] = list(prior_steps or [])  # a resumed run's steps before its cut
-
-    def step(self, s: StepOutcome) -> None:
-        if s.source is not None:
-            (self.dir / "candidates" / f"step_{s.step}.py").write_text(s.source, encoding="utf-8")
-        self.steps.append(step_row(s))
-        _write_json(self.dir / "trajectory.json", self.steps)
-
-    def finish(self, result: RunResult, summary: dict[str, Any]) -> None:
-        (self.dir / "best.py").write_text(result.best_source, encoding="utf-8")
-        _write_json(self.dir / "summary.json", summary)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash never leaves a half-written file
-
-
-def step_row(s: StepOutcome) -> dict[str, Any]:
-    r = s.result
-    return {
-        "step": s.step,
-        "global": s.global_key,
-        "local": s.local_key,
-        "probability": s.direction_probability,
-        "status": s.status,
-        "error_kind": s.error_kind.value if s.error_kind else None,
-        "error_excerpt": s.error_excerpt[:2000],
-        "speedup_x": s.speedup_x,
-        "best_speedup_x": s.best_speedup_x,
-        "gain": s.gain,
-        "attempt_key": s.attempt_key,
-        "usage": s.usage.model_dump(),
-        "eval": r.model_dump(mode="json") if r is not None else None,
-    }
 
 
 def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> dict[str, Any]:
@@ -152,29 +80,108 @@ def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> d
         "usage": result.usage.model_dump(),
         "stopped_reason": result.stopped_reason,
         "confirmation": result.confirmation,
+        "awaiting_step": result.pending.step if result.pending else None,
     }
 
 
-def _progress_line(s: StepOutcome) -> str:
-    outcome = {"improved": "[green]improved[/]", "correct": "[yellow]correct[/]", "failed": "[red]failed[/]"}[
-        s.status
-    ]
-    why = f" ({s.error_kind.value})" if s.error_kind else ""
-    speed = f" {s.speedup_x:.3f}x" if s.speedup_x else ""
-    return (
-        f"  step {s.step}: {s.global_key} / {s.local_key or '-'} -> {outcome}{why}{speed}"
-        f"   best {s.best_speedup_x:.3f}x"
-    )
+@dataclass
+class _Runs:
+    """What every task's run of one `htam-graph run` shares."""
+
+    store: GraphStore
+    evaluator: Evaluator
+    generator: Generator
+    executable: Any
+    settings: Settings
+    cfg: RunConfig
+    backend: str
+    model: str
+    flags: LLMFlags
+    out_dir: Path | None
+    multi: bool
+    console: Console
+    progress: list[StepProgress] = field(default_factory=list)  # the one showing now (retries go there)
+
+    def retry(self, message: str) -> None:
+        """Show a backend retry in the progress of the run it happened in."""
+        if self.progress:
+            self.progress[-1].retry(message)
+        else:
+            self.console.print(f"  [yellow]retry[/]: {escape(message)}", highlight=False)
+
+    def run_task(self, task: Task) -> dict[str, Any]:
+        """One task's run, resumed when its folder holds an unfinished one; returns its summary."""
+        cfg, console = self.cfg, self.console
+        files = RunFiles(self.out_dir, task.key, self.multi) if self.out_dir else None
+        config = run_config_record(cfg, self.backend)
+        resumed = resume_run(files, cfg.steps, config) if files else None
+        resume, prior = resumed if resumed else (None, [])
+        console.print(
+            f"[bold]{task.key}[/] ({', '.join(task.op_tags)}) — {cfg.policy}, {escape(self.backend)}, "
+            f"{cfg.steps} steps on {cfg.device}" + _resumed_note(resume)
+        )
+        if files:
+            files.steps = list(prior)
+            files.start(config)
+        generator = run_generator(self.generator, files.dir if files else None, self.flags)
+        with StepProgress(console) as progress:
+            self.progress.append(progress)
+
+            def on_step(s: Any) -> None:
+                progress.step(s)
+                if files:
+                    files.step(s)
+
+            loop = OptimizationLoop(
+                self.store, self.evaluator, generator, self.settings.policy, cfg,
+                executable_locals=self.executable, on_step=on_step, model_name=self.model,
+                on_phase=progress.phase,
+            )  # fmt: skip
+            try:
+                result = loop.run(task, resume=resume)
+            finally:
+                self.progress.pop()
+        summary = summary_of(result, cfg, self.backend, self.model)
+        if result.pending is not None:
+            if files is None:
+                raise BackendError(
+                    f"{self.generator.name} has no reply for step {result.pending.step} of {task.key}: "
+                    "with --out DIR the request is written there, to be answered and resumed"
+                )
+            summary["awaiting_reply"] = str(files.await_reply(result, result.pending, config))
+        if files:
+            files.finish(result, summary)
+        self._report(result, summary)
+        return summary
+
+    def _report(self, result: RunResult, summary: dict[str, Any]) -> None:
+        if result.pending is not None:
+            self.console.print(f"  awaiting the reply to step {result.pending.step}")
+            return
+        if result.best_is_reference:
+            best = "the reference (nothing correct was faster)"
+        elif summary["timing_on_cpu"]:
+            best = f"step {result.best_step}, a correct kernel (CPU timings are not speed claims)"
+        else:
+            best = f"step {result.best_step}, {summary['best_speedup_eager_x']:.3f}x over eager"
+        self.console.print(f"  best: {best}; {escape(result.stopped_reason)}")
+        if result.confirmation:
+            self.console.print(f"  confirmation: {escape(result.confirmation)}")
+        if result.backend_error is not None:
+            raise result.backend_error  # after the files are written: one line, exit 1
+
+
+def _resumed_note(resume: Any) -> str:
+    if resume is None:
+        return ""
+    if resume.pending is not None:
+        return f", resumed at step {resume.pending.step} (the step awaiting its reply)"
+    return f", resumed after step {len(resume.steps)}"
 
 
 @click.command("run")
 @click.argument("tasks", nargs=-1, required=True)
-@click.option(
-    "--backend",
-    default="rules",
-    show_default=True,
-    help="rules (offline, no key) | anthropic[:MODEL] | openai[:MODEL] | replay:FILE",
-)
+@click.option("--backend", default="rules", show_default=True, help=BACKEND_HELP)
 @click.option("--policy", "policy_name", type=click.Choice(POLICIES), default="htam", show_default=True)
 @click.option("--steps", type=click.IntRange(1, 100), default=6, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
@@ -201,9 +208,13 @@ def _progress_line(s: StepOutcome) -> str:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Folder for best.py, candidates/step_N.py, trajectory.json, summary.json.",
+    help="Folder for best.py, candidates/step_N.py (+ .reply.md), trajectory.json, summary.json, pending/. "
+    "An unfinished run there (awaiting a reply, or cut) is resumed by the same command.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the summaries as JSON (progress stays on stderr)."
+)
+@llm_options
 @click.pass_obj
 def run(
     settings: Settings,
@@ -222,20 +233,38 @@ def run(
     frozen_memory: bool,
     out_dir: str | None,
     as_json: bool,
+    llm_flags: LLMFlags,
 ) -> None:
     """Optimise TASKS (task keys, KernelBench files or your own files in that form) with the HTAM loop.
 
     Returns the fastest correct kernel, or the reference. On a GPU that kernel first passes 10 more trials on
     fresh seeds (else the next best is tried).
+
+    \b
+    Backends (--backend):
+      rules                 offline recipes, no model
+      anthropic[:MODEL]     Anthropic API (ANTHROPIC_API_KEY)
+      openai:MODEL          any OpenAI-compatible server (OPENAI_API_KEY, --base-url)
+      llm:MODEL             any model of the `llm` library and its plugins (its keys and aliases)
+      command:"CMD ..."     a program: the request on its stdin (text, or JSON with --command-json),
+                            the reply on its stdout; a failure or --llm-timeout fails that step only
+      files                 each request is written to OUT/pending/step_N.request.md; save the answer
+                            as step_N.reply.md and run the same command again to continue at that step
+      batch:anthropic[:M]   awaited requests sent as one Message Batches job (half price), polled
+      batch:openai:MODEL    the same through the OpenAI Batch API
+      replay:FILE           recorded replies (--record FILE writes such a file from any backend)
     """
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
     from htam_graph.rules.autotune import default_cache_dir
     from htam_graph.store import store_session
 
-    console = Console(stderr=True, quiet=as_json)
+    deferred = backend == "files" or backend.startswith("batch:")
+    if deferred and out_dir is None:
+        raise ConfigError(f"--backend {backend} writes each request to answer later: give --out DIR")
+    console = Console(stderr=True, soft_wrap=True)  # lines whole in logs; stdout keeps the JSON
     cfg = RunConfig(
         steps=steps,
-        policy=policy_name,
+        policy=policy_name,  # type: ignore[arg-type]
         device=pick_device(device),
         shape=shape,  # type: ignore[arg-type]
         language=Language(language),
@@ -244,6 +273,7 @@ def run(
         timeout_s=timeout_s,
         record=not frozen_memory,
     )
+    relay: list[_Runs] = []
     generator, model, executable = make_backend(
         backend,
         budget_usd,
@@ -251,51 +281,33 @@ def run(
         precision_policy=cfg.precision_policy,
         autotune_dir=None if frozen_memory else default_cache_dir(settings.htam_home),
         device_name=gpu_name(cfg.device),
+        flags=llm_flags,
+        notify=lambda message: relay[0].retry(message) if relay else None,
     )
+    courier = courier_for(backend, base_url, llm_flags)
     evaluator = SubprocessEvaluator(cache_dir=settings.htam_home / "cache")
-    summaries = []
     with store_session(settings) as store:
         memory.ensure_seeded(store)
         memory.repair_pending(store)  # a killed earlier run's half-recorded attempts (no-op otherwise)
         resolved = [resolve_task(store, t) for t in tasks]
-        for task in resolved:
-            files = RunFiles(Path(out_dir), task.key, len(resolved) > 1) if out_dir else None
-            console.print(
-                f"[bold]{task.key}[/] ({', '.join(task.op_tags)}) — {cfg.policy}, {backend}, "
-                f"{cfg.steps} steps on {cfg.device}"
-            )
-
-            def on_step(s: StepOutcome, files: RunFiles | None = files) -> None:
-                console.print(_progress_line(s))
-                if files:
-                    files.step(s)
-
-            loop = OptimizationLoop(
-                store,
-                evaluator,
-                generator,
-                settings.policy,
-                cfg,
-                executable_locals=executable,
-                on_step=on_step,
-                model_name=model,
-            )
-            with console.status("optimising…"):
-                result = loop.run(task)
-            summary = summary_of(result, cfg, backend, model)
-            summaries.append(summary)
-            if files:
-                files.finish(result, summary)
-            if result.best_is_reference:
-                best = "the reference (nothing correct was faster)"
-            elif summary["timing_on_cpu"]:
-                best = f"step {result.best_step}, a correct kernel (CPU timings are not speed claims)"
-            else:
-                best = f"step {result.best_step}, {summary['best_speedup_eager_x']:.3f}x over eager"
-            console.print(f"  best: {best}; {result.stopped_reason}")
-            if result.confirmation:
-                console.print(f"  confirmation: {result.confirmation}")
-            if result.backend_error is not None:
-                raise result.backend_error  # after the files are written: one line, exit 1
+        runs = _Runs(
+            store, evaluator, generator, executable, settings, cfg, backend, model, llm_flags,
+            Path(out_dir) if out_dir else None, len(resolved) > 1, console,
+        )  # fmt: skip
+        relay.append(runs)
+        summaries = {task.key: runs.run_task(task) for task in resolved}
+        while courier is not None and out_dir is not None:
+            if not any(s.get("awaiting_reply") for s in summaries.values()):
+                break
+            say = functools.partial(console.print, markup=False, highlight=False)
+            if not courier.deliver(Path(out_dir), Path(out_dir) / "batch.json", say):
+                break  # the batch is still running: the same command collects it later
+            for task in resolved:
+                if summaries[task.key].get("awaiting_reply"):
+                    summaries[task.key] = runs.run_task(task)
+    done = [summaries[t.key] for t in resolved]
+    line = awaiting_line(done)
+    if line:
+        console.print(escape(line), highlight=False, soft_wrap=True)
     if as_json:
-        click.echo(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2, default=str))
+        click.echo(json.dumps(done if len(done) > 1 else done[0], indent=2, default=str))

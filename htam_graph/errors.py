@@ -55,3 +55,19 @@ class BackendError(HtamError):
 
 class BudgetExceeded(BackendError):
     """The run's dollar budget is spent."""
+
+
+class StepInfraError(BackendError):
+    """One step's generation failed for a reason that is not the model's answer (the command exited non-zero,
+    printed nothing or ran past its timeout; the model did not answer in time). The loop records the step as
+    `infra_error`, which adds no evidence to the memory, and goes on."""
+
+
+class AwaitingReply(HtamError):
+    """The generator has no reply yet for this request (`--backend files`, a replay file without it, a batch
+    job). The loop stops the run at that step so that the same command, once the reply is there, resumes it.
+    `prompt` holds the rendered request (`system`, `memory`, `user`)."""
+
+    def __init__(self, message: str, *, prompt: dict[str, str]) -> None:
+        super().__init__(message)
+        self.prompt = prompt

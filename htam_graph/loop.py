@@ -22,8 +22,9 @@ from typing import Literal
 
 from htam_graph import memory, policy
 from htam_graph.confirm import confirm_best
-from htam_graph.errors import BackendError, HtamError
+from htam_graph.errors import AwaitingReply, BackendError, HtamError, StepInfraError
 from htam_graph.model import (
+    NO_STRATEGY_KEY,
     AttemptExample,
     AttemptRecord,
     DirectionScore,
@@ -32,19 +33,31 @@ from htam_graph.model import (
     GenerationReply,
     GenerationRequest,
     GlobalDirection,
+    LocalStrategy,
     LocalWithEvidence,
     RunRecord,
     Task,
 )
-from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore
-from htam_graph.runtypes import POLICIES, PolicyName, Resume, RunConfig, RunResult, StepOutcome
+from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore, ResumableGenerator
+from htam_graph.runtypes import (
+    POLICIES,
+    GenerationRecord,
+    PendingStep,
+    PolicyName,
+    Resume,
+    RunConfig,
+    RunResult,
+    StepOutcome,
+)
 from htam_graph.settings import PolicySettings
 from htam_graph.state import memory_context, reference_as_candidate, state_summary
 
 __all__ = [
+    "MAX_INFRA_ERRORS_IN_A_ROW",
     "POLICIES",
     "ExecutableLocals",
     "OptimizationLoop",
+    "PendingStep",
     "PolicyName",
     "Resume",
     "RunConfig",
@@ -55,6 +68,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MAX_ALTERNATIVES = 4  # other strategies under the chosen direction offered to an LLM
+# A generator failing this many steps in a row (a command that keeps crashing, a model that never answers in
+# time) ends the run: the failures add no evidence, so going on would only spend time.
+MAX_INFRA_ERRORS_IN_A_ROW = 3
 
 
 def _digest(source: str) -> str:
@@ -71,6 +87,17 @@ class _Choice:
     local: LocalWithEvidence | None
     examples: list[AttemptExample]
     alternatives: list[LocalWithEvidence] = field(default_factory=list)
+    # Set when the request is made: the drawn local first, then the alternatives.
+    offered: tuple[str, ...] = ()
+    chosen: str | None = None  # what the attempt is credited to (see GenerationRecord.chosen)
+
+
+class _Awaiting(Exception):
+    """Carries a step whose reply is awaited from `_ask` up to `run` (never leaves the loop)."""
+
+    def __init__(self, choice: _Choice, request: GenerationRequest, prompt: dict[str, str]) -> None:
+        super().__init__("awaiting reply")
+        self.choice, self.request, self.prompt = choice, request, prompt
 
 
 class OptimizationLoop:
@@ -87,7 +114,10 @@ class OptimizationLoop:
         executable_locals: ExecutableLocals | None = None,
         on_step: Callable[[StepOutcome], None] | None = None,
         model_name: str = "",
+        on_phase: Callable[[int, str], None] | None = None,
     ) -> None:
+        """`on_step` runs after every step; `on_phase(step, phase)` when a step starts "generating" (waiting for
+        the generator) and "evaluating" (the candidate is checked and timed), for progress displays."""
         self.store = store
         self.evaluator = evaluator
         self.generator = generator
@@ -96,6 +126,9 @@ class OptimizationLoop:
         self.executable_locals = executable_locals
         self.on_step = on_step
         self.model_name = model_name
+        self.on_phase = on_phase
+        # Every local strategy in the memory, read once a run when a reply names one that was not offered.
+        self._known_locals: dict[str, LocalStrategy] | None = None
 
     # ------------------------------------------------------------------------------------------- the run
     def run(self, task: Task, resume: Resume | None = None) -> RunResult:
@@ -104,13 +137,24 @@ class OptimizationLoop:
         With `resume`, continue a run that was cut after its first steps: its state (direction history, best
         so far, candidates already evaluated) is rebuilt from those steps and the run goes on at the next one,
         under the same run key. Its policy draws then come from a fresh stream (seeded by the step count), so a
-        resumed run is a valid run of the policy but not the one an uncut run would have drawn.
+        resumed run is a valid run of the policy but not the one an uncut run would have drawn; except after a
+        stop awaiting a reply (`resume.pending`): that step continues with its saved request and the policy's
+        saved random state, so the run goes on exactly as if the reply had come at once.
+
+        When the generator has no reply yet (`AwaitingReply`), the run stops at that step: `stopped_reason` is
+        "awaiting_reply", `pending` holds the step, and the returned best is not confirmed (the run goes on).
         """
         cfg = self.config
         done = len(resume.steps) if resume else 0
+        pending = resume.pending if resume else None
+        if pending is not None and pending.step != done + 1:
+            raise HtamError(f"the pending request is for step {pending.step}, but {done} step(s) were made")
         rng = random.Random(
             f"{cfg.seed}:{task.key}:{cfg.policy}" + (f":resumed-after-{done}" if done else "")
         )
+        if pending is not None:
+            rng.setstate(pending.rng_state)
+        self._known_locals = None
         run_key = resume.run_key if resume else f"run-{uuid.uuid4().hex[:12]}"
         reference = reference_as_candidate(task.source)
         result = RunResult(run_key, task.key, reference, True, None, 1.0, None)
@@ -145,11 +189,30 @@ class OptimizationLoop:
             history.append(outcome.global_key)
             prev_attempt = outcome.attempt_key
             result.steps.append(outcome)
+        if resume is not None and isinstance(self.generator, ResumableGenerator):
+            answered = [o.step for o in resume.steps if not (o.generation and o.generation.infra_error)]
+            self.generator.resumed(task.key, answered)
+        infra_in_a_row = 0
         for step in range(done + 1, cfg.steps + 1):
             try:
-                picked = self._choose_new_candidate(
-                    task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng
+                picked: tuple[_Choice, GenerationRequest, GenerationReply] | None
+                if pending is not None and step == pending.step:
+                    picked = self._answer_pending(pending, directions)
+                else:
+                    picked = self._choose_new_candidate(
+                        task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng
+                    )
+            except _Awaiting as e:
+                result.pending = PendingStep(
+                    step=step,
+                    request=e.request,
+                    direction=e.choice.direction,
+                    rng_state=rng.getstate(),
+                    prompt=e.prompt,
+                    backend=self.generator.name,
                 )
+                result.stopped_reason = "awaiting_reply"
+                return result  # not finished: nothing to confirm yet
             except BackendError as e:
                 # A spent budget or a transport failure after retries ends the run cleanly: every step so far
                 # is already recorded, and the caller reports `backend_error` (exit 1 in the CLI).
@@ -177,6 +240,14 @@ class OptimizationLoop:
             result.steps.append(outcome)
             if self.on_step:
                 self.on_step(outcome)
+            infra_in_a_row = infra_in_a_row + 1 if reply.infra_error else 0
+            if infra_in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW:
+                result.backend_error = BackendError(
+                    f"{self.generator.name}: {infra_in_a_row} steps in a row got no reply "
+                    f"(last: {reply.error}); the run stopped"
+                )
+                result.stopped_reason = str(result.backend_error)
+                break
         result.stopped_reason = result.stopped_reason or f"{cfg.steps} steps done"
         failed = confirm_best(self.evaluator, cfg, task, result, reference)
         if cfg.record:
@@ -208,7 +279,8 @@ class OptimizationLoop:
         usable, allowed_now = executable, allowed
         while True:
             choice = self._choose(task, history, gpu_arch, allowed_now, usable, rng)
-            request, reply = self._generate(task, step, choice, result, directions)
+            request = self._request(task, step, choice, result, directions)
+            reply = self._ask(choice, request)
             repeated = reply.source is not None and _digest(reply.source) in evaluated
             if usable is None or choice.local is None or not repeated:
                 return choice, request, reply
@@ -301,16 +373,16 @@ class OptimizationLoop:
         return found
 
     # ------------------------------------------------------------------------------------------- generate
-    def _generate(
+    def _request(
         self,
         task: Task,
         step: int,
         choice: _Choice,
         result: RunResult,
         directions: dict[str, GlobalDirection],
-    ) -> tuple[GenerationRequest, GenerationReply]:
+    ) -> GenerationRequest:
         last = result.steps[-1] if result.steps else None
-        request = GenerationRequest(
+        return GenerationRequest(
             task=task,
             step=step,
             direction=directions[choice.direction.key],
@@ -325,12 +397,67 @@ class OptimizationLoop:
             shape=self.config.shape,
             alternatives=[c.strategy for c in choice.alternatives],
         )
-        reply = self.generator.generate(request)
-        if reply.strategy_key and choice.local and reply.strategy_key != choice.local.strategy.key:
-            chosen = [c for c in choice.alternatives if c.strategy.key == reply.strategy_key]
-            if chosen:
-                choice.local = chosen[0]  # the generator applied another offered strategy: record that one
-        return request, reply
+
+    def _answer_pending(
+        self, pending: PendingStep, directions: dict[str, GlobalDirection]
+    ) -> tuple[_Choice, GenerationRequest, GenerationReply]:
+        """The step a run stopped at, awaiting its reply: the same request and choice, now answered."""
+        request = pending.request
+        if pending.direction.key not in directions:
+            raise HtamError(f"the pending request's direction {pending.direction.key!r} is not in the memory")
+        choice = _Choice(
+            direction=pending.direction,
+            local=LocalWithEvidence(strategy=request.strategy) if request.strategy else None,
+            examples=[],
+            alternatives=[LocalWithEvidence(strategy=s) for s in request.alternatives],
+        )
+        return choice, request, self._ask(choice, request)
+
+    def _ask(self, choice: _Choice, request: GenerationRequest) -> GenerationReply:
+        """The generator's reply to `request`; a failed call is an infrastructure reply, an awaited one stops
+        the run (`_Awaiting`). The strategy the reply names decides what the attempt is credited to."""
+        choice.offered = tuple(c.strategy.key for c in ([choice.local] if choice.local else []))
+        choice.offered += tuple(c.strategy.key for c in choice.alternatives)
+        if self.on_phase:
+            self.on_phase(request.step, "generating")
+        try:
+            reply = self.generator.generate(request)
+        except StepInfraError as e:
+            reply = GenerationReply(source=None, error=str(e), model=self.generator.name, infra_error=True)
+        except AwaitingReply as e:
+            raise _Awaiting(choice, request, e.prompt) from e
+        self._credit(choice, reply.strategy_key)
+        return reply
+
+    def _credit(self, choice: _Choice, named: str | None) -> None:
+        """Credit the attempt: to the drawn local when the reply names none, to the named one when it was
+        offered or is in the memory, to the direction only for "none" (no strategy applies) or an unknown key."""
+        if named is None:
+            choice.chosen = choice.local.strategy.key if choice.local else None
+            return
+        if named.lower() == NO_STRATEGY_KEY:
+            choice.local, choice.chosen = None, NO_STRATEGY_KEY
+            return
+        offered = {
+            c.strategy.key.lower(): c
+            for c in [*([choice.local] if choice.local else []), *choice.alternatives]
+        }
+        if named.lower() in offered:
+            choice.local = offered[named.lower()]
+        else:
+            known = self._memory_locals().get(named.lower())
+            choice.local = LocalWithEvidence(strategy=known) if known is not None else None
+        choice.chosen = choice.local.strategy.key if choice.local else "unknown"
+
+    def _memory_locals(self) -> dict[str, LocalStrategy]:
+        """Every local strategy in the memory, by lower-cased key (read once per run, when first needed)."""
+        if self._known_locals is None:
+            self._known_locals = {
+                c.strategy.key.lower(): c.strategy
+                for g in memory.directions(self.store)
+                for c in memory.locals_for(self.store, g.key)
+            }
+        return self._known_locals
 
     # ------------------------------------------------------------------------------------------- evaluate
     def _evaluate_and_record(
@@ -348,13 +475,22 @@ class OptimizationLoop:
         cfg = self.config
         attempt_key = f"{run_key}-s{step}"
         evaluation: EvalResult | None = None
-        if reply.source is None:
-            error_kind: ErrorKind | None = ErrorKind.NO_CODE
+        if (
+            reply.infra_error
+        ):  # the backend failed, not the model: recorded, but no evidence (memory.is_evidence)
+            error_kind: ErrorKind | None = ErrorKind.INFRA_ERROR
+            excerpt = reply.error or "the generator failed"
+            correct = compiled = False
+            speedup = None
+        elif reply.source is None:
+            error_kind = ErrorKind.NO_CODE
             excerpt = reply.error or "the generator returned no code"
             correct = compiled = False
             speedup = None
         else:
             # torch.compile of the reference costs seconds: it is measured once per run, at the first timed step.
+            if self.on_phase:
+                self.on_phase(step, "evaluating")
             evaluation = self.evaluator.evaluate(
                 cfg.eval_request(
                     task,
@@ -423,6 +559,19 @@ class OptimizationLoop:
             result=evaluation,
             usage=reply.usage,
             attempt_key=attempt_key,
+            generation=GenerationRecord(
+                offered=choice.offered,
+                named=reply.strategy_key,
+                chosen=choice.chosen,
+                extraction=reply.extraction,
+                finish_reason=reply.finish_reason,
+                truncated=reply.truncated,
+                latency_s=reply.latency_s,
+                attempts=reply.attempts,
+                model=reply.model,
+                infra_error=reply.infra_error,
+                raw_text=reply.raw_text,
+            ),
         )
 
 

@@ -293,6 +293,9 @@ class GenerationRequest(_Frozen):
     alternatives: list[LocalStrategy] = Field(default_factory=list)
 
 
+NO_STRATEGY_KEY = "none"  # what a reply's STRATEGY line reads as when the model says no strategy applies
+
+
 class GenerationReply(_Frozen):
     """A generator's answer: code (or why there is none) and what it cost."""
 
@@ -301,4 +304,12 @@ class GenerationReply(_Frozen):
     error: str | None = None
     model: str = ""
     usage: Usage = Field(default_factory=Usage)
-    strategy_key: str | None = None  # the strategy the generator says it applied (one it was offered)
+    # The strategy key the reply names on its `STRATEGY:` line, as written ("none": no applicable strategy);
+    # the loop decides what it means (an offered one, another one in the memory, or unknown).
+    strategy_key: str | None = None
+    extraction: str = ""  # how the code was found in the reply, or why none was
+    finish_reason: str = ""  # the provider's stop reason (end_turn, stop, max_tokens, length, ...)
+    truncated: bool = False  # the reply hit the output-token limit (flagged even when its code parses)
+    latency_s: float | None = None  # wall time from the request to the reply, retries included
+    attempts: int = 1  # calls made for this reply (1 + retries)
+    infra_error: bool = False  # no reply because the backend failed (not the model's answer): no evidence

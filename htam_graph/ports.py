@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
@@ -78,3 +78,11 @@ class EvaluationObserver(Protocol):
     def observe(
         self, request: GenerationRequest, reply: GenerationReply, result: EvalResult | None
     ) -> None: ...
+
+
+@runtime_checkable
+class ResumableGenerator(Protocol):
+    """Optional, for a generator whose answer depends on what it answered before (a replay file consumes its
+    records): a resumed run tells it which of its steps were answered by an earlier invocation."""
+
+    def resumed(self, task_key: str, steps: Sequence[int]) -> None: ...

@@ -12,9 +12,11 @@ from typing import Literal
 from htam_graph.errors import BackendError
 from htam_graph.model import (
     Device,
+    DirectionScore,
     ErrorKind,
     EvalRequest,
     EvalResult,
+    GenerationRequest,
     Language,
     PrecisionPolicy,
     ShapeVariant,
@@ -22,7 +24,16 @@ from htam_graph.model import (
     Usage,
 )
 
-__all__ = ["POLICIES", "PolicyName", "Resume", "RunConfig", "RunResult", "StepOutcome"]
+__all__ = [
+    "POLICIES",
+    "GenerationRecord",
+    "PendingStep",
+    "PolicyName",
+    "Resume",
+    "RunConfig",
+    "RunResult",
+    "StepOutcome",
+]
 
 PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
 POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
@@ -80,6 +91,28 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class GenerationRecord:
+    """How a step's candidate was generated: what the policy offered, what the reply chose, and how it came.
+
+    `chosen` is the local strategy the attempt is credited to: the drawn one when the reply names none, the
+    named one when it was offered or exists in the memory, "unknown" for a key the memory does not hold (the
+    attempt then counts for the direction only), "none" when the model answered that no strategy applies.
+    """
+
+    offered: tuple[str, ...]  # the drawn local first, then the alternatives
+    named: str | None  # the key on the reply's STRATEGY line, as written
+    chosen: str | None
+    extraction: str
+    finish_reason: str
+    truncated: bool
+    latency_s: float | None
+    attempts: int
+    model: str
+    infra_error: bool = False
+    raw_text: str = ""  # the model's reply as it came (saved as candidates/step_N.reply.md, not in the row)
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     """What happened at one step (also what `trajectory.json` holds)."""
 
@@ -97,15 +130,35 @@ class StepOutcome:
     result: EvalResult | None
     usage: Usage
     attempt_key: str
+    generation: GenerationRecord | None = None  # None for steps read back from an older trajectory
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """A step whose request was made but whose reply has not come yet (the run stopped `awaiting_reply`).
+
+    It holds everything the loop needs to continue exactly where it stopped: the request as sent, the direction
+    the policy drew for it, and the policy's random state after that draw (so the steps after it draw what an
+    uninterrupted run would have drawn). `prompt` is the rendered request (system, memory, user).
+    """
+
+    step: int
+    request: GenerationRequest
+    direction: DirectionScore
+    rng_state: tuple[object, ...]
+    prompt: dict[str, str]
+    backend: str = ""
 
 
 @dataclass(frozen=True)
 class Resume:
-    """A run cut after `len(steps)` steps (a bench device call ended mid-run): its key and the steps it made,
-    read back from its trajectory. The memory already holds those steps' attempts."""
+    """A run cut after `len(steps)` steps (a bench device call ended mid-run, or it stopped awaiting a reply):
+    its key and the steps it made, read back from its trajectory. The memory already holds those steps'
+    attempts. With `pending`, the run continues at that step with its saved request and random state."""
 
     run_key: str
     steps: tuple[StepOutcome, ...]
+    pending: PendingStep | None = None
 
 
 @dataclass
@@ -122,6 +175,8 @@ class RunResult:
     steps: list[StepOutcome] = field(default_factory=list)
     stopped_reason: str = ""
     backend_error: BackendError | None = None
+    # Set when the run stopped awaiting a reply (stopped_reason "awaiting_reply").
+    pending: PendingStep | None = None
     ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
     ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
     first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome

@@ -1,11 +1,12 @@
-"""LLM backends: Anthropic, OpenAI-compatible servers, replay files, and a scripted fake for tests.
+"""LLM backends: Anthropic, OpenAI-compatible servers, the `llm` library, any command, replies saved to files
+or sent as batch jobs, replay files, and a scripted fake for tests.
 
 Importing this package imports no SDK and reads no environment; `make_generator` builds a backend.
 """
 
 from htam_graph.llm.budget import BudgetTracker, RunTotals
 from htam_graph.llm.extract import ExtractResult, extract_code
-from htam_graph.llm.generator import ChatClient, Completion, LLMGenerator
+from htam_graph.llm.generator import ChatClient, Completion, LLMGenerator, reply_from_text
 from htam_graph.llm.pricing import Price, lookup_price
 from htam_graph.llm.prompts import RenderedPrompt, load_templates, render_prompt
 from htam_graph.llm.registry import BackendOptions, known_backends, make_generator, register_backend
@@ -33,4 +34,5 @@ __all__ = [
     "make_generator",
     "register_backend",
     "render_prompt",
+    "reply_from_text",
 ]

@@ -13,7 +13,7 @@ from htam_graph.errors import BackendError
 from htam_graph.llm.generator import Completion
 from htam_graph.llm.pricing import Price, make_usage
 from htam_graph.llm.prompts import RenderedPrompt
-from htam_graph.llm.retry import TransientBackendError, status_error
+from htam_graph.llm.retry import TransientBackendError, read_timeout, status_error
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -68,7 +68,9 @@ class AnthropicChatClient:
         except anthropic.APIStatusError as e:
             detail = e.api_message or e.message
             raise status_error(self.provider, e.status_code, detail, e.response.headers) from e
-        except anthropic.APIConnectionError as e:  # includes timeouts
+        except anthropic.APITimeoutError as e:  # the request was sent: re-sending it would bill it again
+            raise read_timeout(self.provider, self.timeout_s) from e
+        except anthropic.APIConnectionError as e:
             raise TransientBackendError(f"{self.provider}: connection failed: {e}") from e
         except anthropic.APIError as e:  # e.g. a response that does not validate
             raise BackendError(f"{self.provider}: bad response: {e}") from e

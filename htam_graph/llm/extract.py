@@ -16,6 +16,8 @@ import builtins
 import re
 from dataclasses import dataclass
 
+from htam_graph.model import NO_STRATEGY_KEY
+
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _CLOSE_THINK = re.compile(r"</(think|thinking|reasoning)>", re.IGNORECASE)
 _OPEN_THINK = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
@@ -27,6 +29,13 @@ _KNOWN_NAMES = set(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec_
 _MAX_TRIMS = 50
 # Prose starts at column 0 with a capitalised word, markdown, or a list marker; truncated code rarely does.
 _PROSE_LINE = re.compile(r"^([A-Z][a-z']*[\s:,.!]|[A-Z][a-z]+$|\*\*|#+\s|[-*>]\s|\d+[.)]\s)")
+
+
+# `STRATEGY: key` in any case, with markdown around it (`**Strategy:** \`key\``, `> strategy - key`).
+_STRATEGY_LINE = re.compile(r"^[\s>#*_-]*strategy[\s*_]*[:=\-][\s*_`'\"]*(?P<value>.*)$", re.IGNORECASE)
+_STRATEGY_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+# "none", "N/A", "no applicable strategy" (keys hold no spaces, so "no.such.key" is a key)
+_NO_STRATEGY = re.compile(r"^((none|n/a)(?!\w|\.\w)|no\s)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,34 @@ def extract_code(text: str) -> ExtractResult:
     if blocks:
         return _from_blocks(blocks)
     return _from_unfenced(visible)
+
+
+def named_strategy(text: str) -> str | None:
+    """The key on the reply's first `STRATEGY:` line outside reasoning and code blocks, as written; "none"
+    when the model says no strategy applies; None without such a line (or when the reply is only reasoning)."""
+    visible = strip_reasoning(text.replace("\r\n", "\n"))
+    if visible is None:
+        return None
+    fence: str | None = None
+    for line in visible.split("\n"):
+        opening = _FENCE_OPEN.match(line)
+        if fence is not None:
+            if re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", line):
+                fence = None
+            continue
+        if opening:
+            fence = opening["fence"]
+            continue
+        match = _STRATEGY_LINE.match(line)
+        if match is None:
+            continue
+        value = match["value"].strip().strip("*_`'\" ")
+        if _NO_STRATEGY.match(value):
+            return NO_STRATEGY_KEY
+        key = _STRATEGY_KEY.match(value)
+        if key is not None:
+            return key.group(0).rstrip(".-")
+    return None
 
 
 def strip_reasoning(text: str) -> str | None:

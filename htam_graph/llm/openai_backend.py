@@ -15,7 +15,7 @@ from htam_graph.errors import BackendError
 from htam_graph.llm.generator import Completion
 from htam_graph.llm.pricing import Price, make_usage
 from htam_graph.llm.prompts import RenderedPrompt
-from htam_graph.llm.retry import TransientBackendError, status_error
+from htam_graph.llm.retry import TransientBackendError, read_timeout, status_error
 from htam_graph.model import Usage
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -80,7 +80,9 @@ class OpenAIChatClient:
             )
         except openai.APIStatusError as e:
             raise status_error(self.provider, e.status_code, e.message, e.response.headers) from e
-        except openai.APIConnectionError as e:  # includes timeouts
+        except openai.APITimeoutError as e:  # the request was sent: re-sending it would bill it again
+            raise read_timeout(self.provider, self.timeout_s) from e
+        except openai.APIConnectionError as e:
             raise TransientBackendError(f"{self.provider}: connection failed: {e}") from e
         except openai.APIError as e:
             raise BackendError(f"{self.provider}: bad response: {e}") from e

@@ -1,7 +1,10 @@
-"""Build a `Generator` from a backend spec: `anthropic`, `anthropic:MODEL`, `openai:MODEL`, `replay:FILE`.
+"""Build a `Generator` from a backend spec: `anthropic[:MODEL]`, `openai:MODEL`, `llm:MODEL`, `command:CMD`,
+`files`, `batch:anthropic[:MODEL]`, `batch:openai:MODEL`, `replay:FILE`.
 
 Every backend is a factory in one registry (tests register the scripted fake through the same path).
 The offline `rules` generator lives in `htam_graph.rules` and is composed by the CLI, not here.
+`files` and `batch:*` never answer at once: their requests are awaited (`AwaitingReply`); for `batch:*` the
+CLI sends every awaited request of a bench as one batch job (`batch.py`).
 
 Keys come from the `env` mapping passed in (the CLI passes `os.environ`): `ANTHROPIC_API_KEY`,
 `OPENAI_API_KEY` (or the variable named by `api_key_env`, e.g. `DEEPSEEK_API_KEY`; any non-empty value
@@ -26,7 +29,10 @@ from htam_graph.llm.anthropic_backend import (
     AnthropicChatClient,
 )
 from htam_graph.llm.budget import BudgetTracker
+from htam_graph.llm.command_backend import CommandChatClient, CommandGenerator, parse_command
+from htam_graph.llm.deferred import FilesGenerator
 from htam_graph.llm.generator import LLMGenerator
+from htam_graph.llm.llmlib_backend import LlmLibraryClient
 from htam_graph.llm.openai_backend import OpenAIChatClient, default_base_url
 from htam_graph.llm.pricing import Price, lookup_price
 from htam_graph.llm.replay import RecordingGenerator, ReplayGenerator
@@ -50,6 +56,7 @@ class BackendOptions:
     timeout_s: float = 600.0
     temperature: float | None = None
     templates_dir: Path | None = None
+    command_json: bool = False  # command: send the request as JSON instead of text
 
 
 BackendFactory = Callable[[BackendOptions], Generator]
@@ -87,6 +94,7 @@ def make_generator(
     temperature: float | None = None,
     templates_dir: Path | None = None,
     record_path: Path | None = None,
+    command_json: bool = False,
 ) -> Generator:
     """Build the generator named by `spec`; with `record_path`, every reply is also appended there.
 
@@ -109,6 +117,7 @@ def make_generator(
         timeout_s=timeout_s,
         temperature=temperature,
         templates_dir=templates_dir,
+        command_json=command_json,
     )
     generator = factory(options)
     return RecordingGenerator(generator, record_path) if record_path is not None else generator
@@ -127,7 +136,7 @@ def _price_for(model: str, options: BackendOptions) -> Price | None:
     if price is None and options.budget.limit_usd is not None:
         raise BackendError(
             f"no price known for model {model!r}, so a dollar budget cannot be enforced: "
-            "pass --price IN,OUT (USD per million tokens) or run without --budget"
+            "pass --price IN,OUT (USD per million tokens) or run without --budget-usd"
         )
     return price
 
@@ -172,9 +181,70 @@ def _replay(options: BackendOptions) -> Generator:
     path = Path(options.argument).expanduser()
     if not path.is_file():
         raise BackendError(f"replay file {path} does not exist")
-    return ReplayGenerator(path)
+    return ReplayGenerator(path, templates_dir=options.templates_dir)
+
+
+def _llm(options: BackendOptions) -> Generator:
+    if not options.argument:
+        raise BackendError(
+            "the llm backend needs a model: llm:MODEL (a model id or alias `llm models` lists)"
+        )
+    client = LlmLibraryClient(
+        options.argument,
+        timeout_s=options.timeout_s,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+    )
+    client.price = _price_for(client.model, options)
+    return LLMGenerator(
+        client, budget=options.budget, retry=options.retry, templates_dir=options.templates_dir
+    )
+
+
+def _command(options: BackendOptions) -> Generator:
+    argv = parse_command(options.argument)
+    if options.budget.limit_usd is not None:
+        raise BackendError(
+            "a command's cost is unknown, so a dollar budget cannot be enforced: run without --budget-usd"
+        )
+    client = CommandChatClient(
+        argv,
+        timeout_s=options.timeout_s,
+        as_json=options.command_json,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        env=options.env,
+    )
+    return CommandGenerator(
+        client, budget=options.budget, retry=options.retry, templates_dir=options.templates_dir
+    )
+
+
+def _files(options: BackendOptions) -> Generator:
+    if options.argument:
+        raise BackendError(f"the files backend takes no argument (got files:{options.argument})")
+    return FilesGenerator(templates_dir=options.templates_dir)
+
+
+def _batch(options: BackendOptions) -> Generator:
+    provider, _, model = (options.argument or "").partition(":")
+    if provider == "anthropic":
+        _api_key(options, "ANTHROPIC_API_KEY", "or use --backend files")
+        model = model or DEFAULT_ANTHROPIC_MODEL
+    elif provider == "openai":
+        _api_key(options, "OPENAI_API_KEY", "or use --backend files")
+        if not model:
+            raise BackendError("the openai batch backend needs a model: batch:openai:MODEL")
+    else:
+        raise BackendError("the batch backend is batch:anthropic[:MODEL] or batch:openai:MODEL")
+    _price_for(model, options)
+    return FilesGenerator(name=f"batch:{provider}:{model}", templates_dir=options.templates_dir)
 
 
 register_backend("anthropic", _anthropic)
 register_backend("openai", _openai)
 register_backend("replay", _replay)
+register_backend("llm", _llm)
+register_backend("command", _command)
+register_backend("files", _files)
+register_backend("batch", _batch)

@@ -10,7 +10,10 @@ The file is JSON Lines, one call per line:
 Matching: a request takes the first unused record with the same `task_key` and `step`; failing that, the
 first unused record of the same task (the loop took another path), then the first unused record without a
 `task_key` (so a file written by hand, without keys, replays in order). A record of another task is never
-used: when nothing fits, the replay raises `BackendError`.
+used: when nothing fits, the replay raises `AwaitingReply`, so the run stops at that step with its request
+written out; add the reply to the file (or save it as the pending reply file) and run the same command again.
+A resumed run first marks the records its earlier steps used (`resumed`), so it matches as an uninterrupted
+run would have.
 A strategy that differs from the recorded one is logged, not refused (the reply is still what the model
 said at that step). Code is re-extracted from the raw reply on replay, so the extractor's behaviour is
 the current one. Replayed replies cost nothing: their usage is reported as zero; the recorded usage stays
@@ -19,17 +22,20 @@ in the file.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from htam_graph.errors import BackendError, ConfigError
-from htam_graph.llm.extract import extract_code
-from htam_graph.llm.generator import chosen_strategy
+from htam_graph.errors import AwaitingReply, ConfigError
+from htam_graph.llm.generator import reply_from_text
+from htam_graph.llm.prompts import load_templates, render_prompt
 from htam_graph.model import GenerationReply, GenerationRequest
 from htam_graph.ports import Generator
 
@@ -56,6 +62,8 @@ class ReplayRecord(BaseModel):
     reply: str
     model: str = ""
     usage: dict[str, Any] = Field(default_factory=dict)
+    finish_reason: str = ""
+    latency_s: float | None = None
 
 
 def read_records(path: Path) -> list[ReplayRecord]:
@@ -79,15 +87,17 @@ def read_records(path: Path) -> list[ReplayRecord]:
 class ReplayGenerator:
     """Answers requests from a recorded file (see the module docstring for the matching rule)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, templates_dir: Path | None = None) -> None:
         self.path = path
         self.name = f"replay:{path.name}"
         self._records = read_records(path)
         self._used = [False] * len(self._records)
         self._lock = threading.Lock()
+        self._templates_dir = templates_dir
 
     def generate(self, request: GenerationRequest) -> GenerationReply:
-        """The recorded reply for `request`; `BackendError` when the file has none left."""
+        """The recorded reply for `request`; `AwaitingReply` when the file has none for it."""
+        started = time.perf_counter()
         record = self._take(request)
         strategy = request.strategy.key if request.strategy else None
         if record.match.strategy is not None and record.match.strategy != strategy:
@@ -98,25 +108,33 @@ class ReplayGenerator:
                 record.match.strategy,
                 strategy,
             )
-        result = extract_code(record.reply)
-        return GenerationReply(
-            source=result.source,
-            raw_text=record.reply,
-            error=None if result.source is not None else result.reason,
+        return reply_from_text(
+            record.reply,
             model=f"replay:{record.model}" if record.model else self.name,
-            strategy_key=chosen_strategy(record.reply, request),
+            stop_reason=record.finish_reason,
+            latency_s=time.perf_counter() - started,
         )
+
+    def resumed(self, task_key: str, steps: Sequence[int]) -> None:
+        """Mark the records that the steps a resumed run made before would have used, in order."""
+        with self._lock:
+            for step in steps:
+                index = self._find(task_key, step)
+                if index is not None:
+                    self._used[index] = True
 
     def _take(self, request: GenerationRequest) -> ReplayRecord:
         with self._lock:
             index = self._find(request.task.key, request.step)
-            if index is None:
-                raise BackendError(
-                    f"{self.name}: no recorded reply left for {request.task.key} step {request.step} "
-                    f"({len(self._records)} record(s), all used)"
-                )
-            self._used[index] = True
-            return self._records[index]
+            if index is not None:
+                self._used[index] = True
+                return self._records[index]
+        prompt = render_prompt(request, load_templates(self._templates_dir))
+        raise AwaitingReply(
+            f"{self.name}: no recorded reply for {request.task.key} step {request.step} "
+            f"({len(self._records)} record(s), all used or of other tasks)",
+            prompt={"system": prompt.system, "memory": prompt.memory, "user": prompt.user},
+        )
 
     def _find(self, task_key: str, step: int) -> int | None:
         free = [i for i, used in enumerate(self._used) if not used]
@@ -132,7 +150,10 @@ class ReplayGenerator:
 
 
 class RecordingGenerator:
-    """Wraps a real generator and appends each (request, reply) pair to a replay file as it runs."""
+    """Wraps a generator and appends each (request, reply) pair to a replay file as it runs (a replay bank).
+
+    Appends are whole lines under an exclusive lock, so the workers of a bench can share one file. A call
+    that raised (an infrastructure failure, a reply still awaited) records nothing."""
 
     def __init__(self, inner: Generator, path: Path) -> None:
         self.inner = inner
@@ -141,7 +162,7 @@ class RecordingGenerator:
         self._lock = threading.Lock()
 
     def generate(self, request: GenerationRequest) -> GenerationReply:
-        """Call the inner generator, then record its reply (a failed call records nothing)."""
+        """Call the inner generator, then record its reply."""
         reply = self.inner.generate(request)
         record = ReplayRecord(
             match=ReplayMatch(
@@ -153,10 +174,23 @@ class RecordingGenerator:
             reply=reply.raw_text,
             model=reply.model,
             usage=reply.usage.model_dump(),
+            finish_reason=reply.finish_reason,
+            latency_s=reply.latency_s,
         )
-        line = json.dumps(record.model_dump(mode="json"), ensure_ascii=False)
+        line = json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n"
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as f:
-                f.write(line + "\n")
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    f.write(line)
+                    f.flush()
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
         return reply
+
+    def resumed(self, task_key: str, steps: Sequence[int]) -> None:
+        """Pass a resumed run's earlier steps on to the inner generator (see `ReplayGenerator.resumed`)."""
+        forward = getattr(self.inner, "resumed", None)
+        if forward is not None:
+            forward(task_key, steps)

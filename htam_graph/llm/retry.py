@@ -13,14 +13,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from htam_graph.errors import BackendError
+from htam_graph.errors import BackendError, StepInfraError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 class TransientBackendError(BackendError):
-    """A failure worth retrying (429, 529 overloaded, 5xx, connection error, timeout)."""
+    """A failure worth retrying (429, 529 overloaded, 5xx, a refused or reset connection). A read timeout is
+    not one: the request reached the model, and sending the whole prompt again would bill it again."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -39,6 +40,8 @@ class RetryPolicy:
     max_delay_s: float = 60.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+    # Told of every retry, in one line (the CLI shows it in its progress).
+    notify: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -64,14 +67,13 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, *, what: str) ->
             if attempt == policy.max_attempts:
                 raise BackendError(f"{what}: gave up after {attempt} attempts: {e}") from e
             wait_s = policy.delay_s(attempt, e.retry_after_s)
-            log.warning(
-                "%s: attempt %d/%d failed (%s); retrying in %.1fs",
-                what,
-                attempt,
-                policy.max_attempts,
-                e,
-                wait_s,
+            message = (
+                f"{what}: attempt {attempt}/{policy.max_attempts} failed ({e}); retrying in {wait_s:.1f} s"
             )
+            if policy.notify is not None:
+                policy.notify(message)
+            else:
+                log.warning("%s", message)
             policy.sleep(wait_s)
     raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -100,3 +102,8 @@ def retry_after_s(headers: Mapping[str, str] | None) -> float | None:
         except ValueError:
             continue  # an HTTP-date: fall back to our own backoff
     return None
+
+
+def read_timeout(what: str, timeout_s: float) -> StepInfraError:
+    """The error for a model that did not answer within the timeout: this step fails, it is not retried."""
+    return StepInfraError(f"{what}: no answer within {timeout_s:g} s (--llm-timeout); not sent again")

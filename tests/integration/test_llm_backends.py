@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.errors import BackendError, BudgetExceeded
+from htam_graph.errors import BackendError, BudgetExceeded, StepInfraError
 from htam_graph.llm import BudgetTracker, RetryPolicy, make_generator
 from htam_graph.llm.pricing import lookup_price
 from htam_graph.model import GenerationRequest, GlobalDirection, Language, LocalStrategy, Task
@@ -184,14 +184,45 @@ def test_anthropic_connection_refused_is_retried_then_fails() -> None:
     assert len(sleeper.delays) == 1
 
 
-def test_anthropic_timeout_is_bounded_and_retried(server: fls.FakeLLMServer) -> None:
+def test_anthropic_read_timeout_fails_the_step_and_is_not_sent_again(server: fls.FakeLLMServer) -> None:
+    """A read timeout means the prompt reached the model: re-sending it would bill it again, so the step fails
+    (`StepInfraError`: the loop records infra_error and goes on) after one request."""
     server.enqueue(fls.MESSAGES, fls.Scripted(200, {}, delay_s=2.0))
     server.enqueue(fls.MESSAGES, fls.anthropic_message(REPLY))
-    retry, _ = fast_retry(attempts=2)
+    retry, sleeper = fast_retry(attempts=4)
     gen = make_generator("anthropic", env=ANTHROPIC_ENV, base_url=server.url, retry=retry, timeout_s=0.3)
-    reply = gen.generate(make_request())
-    assert reply.source == CODE
-    assert len(server.received(fls.MESSAGES)) == 2
+    with pytest.raises(StepInfraError, match=r"^anthropic: no answer within 0.3 s \(--llm-timeout\)"):
+        gen.generate(make_request())
+    assert len(server.received(fls.MESSAGES)) == 1 and sleeper.delays == []
+
+
+def test_openai_read_timeout_is_not_sent_again(server: fls.FakeLLMServer) -> None:
+    server.enqueue(fls.CHAT, fls.Scripted(200, {}, delay_s=2.0))
+    retry, sleeper = fast_retry(attempts=4)
+    gen = make_generator(
+        "openai:deepseek-chat", env=OPENAI_ENV, base_url=server.url + "/v1", retry=retry, timeout_s=0.3
+    )
+    with pytest.raises(StepInfraError, match="no answer within 0.3 s"):
+        gen.generate(make_request())
+    assert len(server.received(fls.CHAT)) == 1 and sleeper.delays == []
+
+
+def test_retries_are_reported_to_the_progress_and_the_reply_says_how_many_calls(
+    server: fls.FakeLLMServer,
+) -> None:
+    server.enqueue(fls.MESSAGES, fls.Scripted(529, fls.error_body("overloaded_error", "Overloaded")))
+    server.enqueue(fls.MESSAGES, fls.anthropic_message(REPLY, stop_reason="max_tokens"))
+    told: list[str] = []
+    retry = RetryPolicy(max_attempts=3, base_delay_s=0.0, sleep=lambda s: None, notify=told.append)
+    reply = make_generator("anthropic", env=ANTHROPIC_ENV, base_url=server.url, retry=retry).generate(
+        make_request()
+    )
+    assert len(told) == 1 and told[0].startswith("anthropic:claude-sonnet-4-6: attempt 1/3 failed (")
+    assert "529" in told[0]
+    assert reply.attempts == 2 and reply.latency_s is not None and reply.latency_s > 0
+    # the code parses, but the reply hit the token limit: flagged all the same
+    assert reply.source == CODE and reply.truncated and reply.finish_reason == "max_tokens"
+    assert reply.extraction.startswith("ok: fenced python")
 
 
 def test_anthropic_reply_without_code_is_an_error_reply_not_an_exception(server: fls.FakeLLMServer) -> None:

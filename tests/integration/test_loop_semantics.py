@@ -285,27 +285,56 @@ def test_an_llm_may_choose_another_local_strategy_and_that_one_is_recorded(seede
             assert step_local == first
 
 
-def test_the_strategy_line_is_read_only_for_offered_strategies() -> None:
-    from htam_graph.llm.generator import chosen_strategy
-    from htam_graph.model import GlobalDirection, Language, LocalStrategy
+class _Names:
+    """A generator whose replies name a given strategy key on their STRATEGY line (or none)."""
 
-    def local(key: str) -> LocalStrategy:
-        return LocalStrategy(key=key, name=key, global_key="fusion", languages=[Language.TRITON], pattern="p")
+    name = "namer"
 
-    request = GenerationRequest(
-        task=_task(),
-        step=1,
-        direction=GlobalDirection(key="fusion", name="f", intent="i"),
-        strategy=local("fusion.a"),
-        base_source="",
-        language=Language.TRITON,
-        state_summary="",
-        alternatives=[local("fusion.b")],
+    def __init__(self, named: str | None) -> None:
+        self.named = named
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, request: GenerationRequest) -> GenerationReply:
+        self.requests.append(request)
+        body = _kernel("correct 1.3").split("```python\n")[1].rstrip("`\n")
+        return GenerationReply(source=body, strategy_key=self.named)
+
+
+@pytest.mark.parametrize("named", [None, "OFFERED", "MEMORY", "fusion.no_such_strategy", "none"])
+def test_the_attempt_is_credited_to_the_strategy_the_reply_names(seeded, named: str | None) -> None:  # type: ignore[no-untyped-def]
+    """No STRATEGY line: the drawn local. An offered key (any case): that one. A key the memory holds but that
+    was not offered: that one. A key the memory does not hold: "unknown", credited to the direction only.
+    "none" (no strategy applies): the direction only. The trajectory keeps what was offered and named."""
+    task = _task()
+    offered_elsewhere = next(
+        c.strategy.key
+        for g in memory.directions(seeded)
+        for c in memory.locals_for(seeded, g.key)
+        if c.strategy.global_key == g.key and "reduction" in c.strategy.key
     )
-    assert chosen_strategy("STRATEGY: fusion.b\n```python\n```", request) == "fusion.b"
-    assert chosen_strategy("**STRATEGY:** `fusion.a`", request) == "fusion.a"
-    assert chosen_strategy("STRATEGY: fusion.zzz", request) is None  # not offered: ignored
-    assert chosen_strategy("no line at all", request) is None
+    probe = _Names(None)
+    _loop(seeded, probe, VerdictEvaluator(), steps=1, record=False).run(task)
+    drawn = probe.requests[0]
+    assert drawn.strategy is not None
+    key = {"OFFERED": drawn.strategy.key.upper(), "MEMORY": offered_elsewhere}.get(named or "", named)
+    gen = _Names(key)
+    result = _loop(seeded, gen, VerdictEvaluator(), steps=1).run(task)
+    [step] = result.steps
+    assert step.generation is not None
+    offered = step.generation.offered
+    assert offered[0] == gen.requests[0].strategy.key and step.generation.named == key  # type: ignore[union-attr]
+    if named == "MEMORY":
+        assert offered_elsewhere not in offered  # named, in the memory, but not offered
+    expected = {
+        None: (offered[0], offered[0]),
+        "OFFERED": (offered[0], offered[0]),
+        "MEMORY": (offered_elsewhere, offered_elsewhere),
+        "fusion.no_such_strategy": (None, "unknown"),
+        "none": (None, "none"),
+    }[named]
+    assert (step.local_key, step.generation.chosen) == expected
+    applied = memory.memory_summary(seeded).relationships.get("APPLIED", 0)
+    assert applied == (0 if expected[0] is None else 1)
 
 
 class FlakyEvaluator(VerdictEvaluator):

@@ -6,7 +6,9 @@ import ast
 
 import pytest
 
-from htam_graph.llm.extract import extract_code, strip_reasoning, undefined_names
+from htam_graph.llm.extract import extract_code, named_strategy, strip_reasoning, undefined_names
+from htam_graph.llm.generator import reply_from_text
+from htam_graph.model import Usage
 
 TRITON_FILE = """import torch
 import torch.nn as nn
@@ -223,3 +225,44 @@ def test_strip_reasoning() -> None:
     assert strip_reasoning("<think>a</think>b<thinking>c</thinking>d") == "bd"
     assert strip_reasoning("reasoning</think>answer") == "answer"
     assert strip_reasoning("<think>never closed") is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "named"),
+    [
+        ("STRATEGY: fusion.elementwise_chain\n```python\nx = 1\n```", "fusion.elementwise_chain"),
+        ("strategy: tri_vec", "tri_vec"),  # any case
+        ("**Strategy:** `memory_access.vectorized_loads`", "memory_access.vectorized_loads"),  # markdown
+        ("## STRATEGY - `data_reuse.register_tiling` because it fits", "data_reuse.register_tiling"),
+        ("Strategy: tri_vec.", "tri_vec"),  # a sentence's full stop is not part of the key
+        ("<think>STRATEGY: from.the.reasoning</think>\nSTRATEGY: the.answer", "the.answer"),
+        ("</think>\nSTRATEGY: after.an.opened.think", "after.an.opened.think"),
+        ("<think>STRATEGY: never.closed", None),  # only reasoning: no answer to read
+        ("```python\n# STRATEGY: in.the.code\n```\nno line outside", None),
+        ("STRATEGY: none", "none"),
+        ("STRATEGY: None.", "none"),
+        ("STRATEGY: no applicable strategy (I stay within the direction)", "none"),
+        ("STRATEGY: N/A", "none"),
+        ("STRATEGY: no.such.key", "no.such.key"),  # a key, even if it starts with "no"
+        ("The strategy I applied is vectorisation", None),  # prose, not a STRATEGY line
+        ("STRATEGY: first.one\nSTRATEGY: second.one", "first.one"),
+    ],
+)
+def test_the_strategy_line_is_read_as_the_model_wrote_it(reply: str, named: str | None) -> None:
+    assert named_strategy(reply) == named
+
+
+def test_a_truncated_reply_is_flagged_even_when_its_code_parses() -> None:
+    text = f"```python\n{TRITON_FILE}```"
+    usage = Usage(output_tokens=4096)
+    cut = reply_from_text(text, model="m", usage=usage, stop_reason="max_tokens")
+    assert (
+        cut.source is not None and cut.truncated and cut.finish_reason == "max_tokens" and cut.error is None
+    )
+    assert cut.extraction == "ok: fenced python block 1 of 1"
+    whole = reply_from_text(text, model="m", stop_reason="end_turn")
+    assert not whole.truncated
+    lost = reply_from_text("```python\nclass ModelNew(nn.Module):\n    def f(", model="m", usage=usage,
+                           stop_reason="length")  # fmt: skip
+    assert lost.source is None and lost.truncated
+    assert lost.error is not None and "cut off at the max_tokens limit (4096 tokens)" in lost.error

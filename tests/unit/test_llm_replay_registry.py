@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.errors import BackendError, BudgetExceeded, ConfigError
+from htam_graph.errors import AwaitingReply, BackendError, BudgetExceeded, ConfigError
 from htam_graph.llm import BudgetTracker, RecordingGenerator, ReplayGenerator, make_generator
 from htam_graph.llm.fake import ScriptedGenerator, scripted_factory
 from htam_graph.llm.registry import known_backends, register_backend, unregister_backend
@@ -65,10 +65,11 @@ def test_importing_the_package_loads_no_sdk() -> None:
 
 def test_unknown_backend_lists_the_known_ones() -> None:
     with pytest.raises(
-        BackendError, match="^unknown LLM backend 'gpt-4': choose one of anthropic, openai, replay$"
+        BackendError,
+        match="^unknown LLM backend 'gpt-4': choose one of anthropic, batch, command, files, llm, openai, replay$",
     ):
         make_generator("gpt-4", env={})
-    assert {"anthropic", "openai", "replay"} <= set(known_backends())
+    assert {"anthropic", "openai", "replay", "llm", "command", "files", "batch"} <= set(known_backends())
     with pytest.raises(ValueError):
         register_backend("anthropic", lambda options: ScriptedGenerator([]))
 
@@ -119,8 +120,9 @@ def test_record_then_replay_reproduces_the_replies(tmp_path: Path, scripted: lis
             original.error,
         )
         assert again.usage.cost_usd == 0.0  # replaying costs nothing
-    with pytest.raises(BackendError, match="no recorded reply left for kb/level1/19_ReLU step 0"):
-        replay.generate(requests[0])
+    with pytest.raises(AwaitingReply, match="no recorded reply for kb/level1/19_ReLU step 0") as awaited:
+        replay.generate(requests[0])  # the run stops awaiting that reply, its request written out
+    assert "kb/level1/19_ReLU" in awaited.value.prompt["user"]
 
 
 def test_replay_fallbacks_and_never_another_task(tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_replay_fallbacks_and_never_another_task(tmp_path: Path) -> None:
     gen = ReplayGenerator(path)
     assert gen.generate(make_request(0, task_key="kb/a")).source == CODE.format(n=5)  # same task, other step
     assert gen.generate(make_request(1, task_key="kb/a")).source == CODE.format(n=7)  # then unkeyed, in order
-    with pytest.raises(BackendError):
+    with pytest.raises(AwaitingReply):
         gen.generate(make_request(2, task_key="kb/a"))  # kb/other's reply is never used for kb/a
 
 
