@@ -20,6 +20,7 @@ import types
 import warnings
 from typing import Any
 
+from htam_graph.rules.analysis_casts import is_noop_cast
 from htam_graph.rules.analysis_constants import inline_trace_constants
 from htam_graph.rules.analysis_functional import functional_norm_node, is_functional_norm
 from htam_graph.rules.analysis_structural import (
@@ -148,6 +149,8 @@ def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
             if not isinstance(value, Ref):
                 raise NotApplicable("the forward does not return a single tensor")
             output = value
+        elif is_noop_cast(fx_node, with_shapes):
+            names[fx_node] = names[fx_node.args[0]]  # `x.float()` on float32: x itself (analysis_casts.py)
         elif _is_values_getitem(fx_node):
             names[fx_node] = names[fx_node.args[0]]  # `torch.min(x, dim)[0]`: the reduction node itself
         elif _is_transpose_attr(fx_node):
