@@ -40,7 +40,8 @@ def main() -> int:
         type=Path,
         default=Path(
             os.environ.get(
-                "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench")
+                "HTAM_KERNELBENCH",
+                str(Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench"),
             )
         ),
     )

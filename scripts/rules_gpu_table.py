@@ -48,7 +48,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("log_dir", type=Path)
     p.add_argument(
-        "--kernelbench", type=Path, default=Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench"
+        "--kernelbench",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "tests" / "data" / "kernelbench",
     )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()

@@ -23,9 +23,7 @@ from htam_graph.model import PrecisionPolicy  # noqa: E402
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parents[1] / "data"
 KB = Path(
-    os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
-    )
+    os.environ.get("HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench"))
 )
 
 

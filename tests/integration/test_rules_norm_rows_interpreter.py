@@ -15,7 +15,6 @@ import runpy
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 
 from htam_graph.kernels_runtime.taskmod import load_task_module

@@ -18,9 +18,7 @@ from htam_graph.model import EvalRequest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 KERNELBENCH = Path(
-    os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
-    )
+    os.environ.get("HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench"))
 )
 CORPUS = load_corpus(DATA / "adversarial")
 

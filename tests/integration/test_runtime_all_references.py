@@ -18,9 +18,7 @@ from htam_graph.kernels_runtime.reference import reference_as_candidate
 from htam_graph.model import EvalRequest
 
 KB = Path(
-    os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
-    )
+    os.environ.get("HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench"))
 )
 
 

@@ -16,9 +16,7 @@ from htam_graph.model import ErrorKind, EvalRequest, Language
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 KB = Path(
-    os.environ.get(
-        "HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench")
-    )
+    os.environ.get("HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench"))
 )
 TANH = "level1/22_Tanh.py"
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from htam_graph.model import (
     ErrorKind,
     EvalResult,
@@ -217,5 +215,3 @@ def test_tuning_with_every_config_taken_says_so(tmp_path: Path) -> None:
     assert configs == list(VECTOR_LADDER)
     reply = gen.generate(request(task, "memory_access.vectorized_loads", base=base))
     assert reply.source is None and "measured or already proposed" in (reply.error or "")
-
-

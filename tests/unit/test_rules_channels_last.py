@@ -46,7 +46,6 @@ APPLIES = {
 }
 
 
-
 def task(source: str, key: str = "synthetic") -> Task:
     return Task(key=key, suite="x", level=None, name=key, source=source, source_sha256="0" * 64)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from htam_graph.importers.kernelbench import parse_task
 from htam_graph.model import Task
 from htam_graph.rules.generator import recipes_for

@@ -17,7 +17,6 @@ DIM = "reduction_structure.dim_reduction"
 LSE = "reduction_structure.online_logsumexp"
 
 
-
 def task(source: str, key: str = "synthetic") -> Task:
     return Task(key=key, suite="x", level=None, name=key, source=source, source_sha256="0" * 64)
 

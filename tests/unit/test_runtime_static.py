@@ -153,11 +153,9 @@ def test_reference_as_candidate_renames_identifiers_only() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    sorted(
-        glob.glob(
-            str(Path(__file__).resolve().parents[1] / "data" / "kernelbench" / "level*" / "*.py")
-        )
-    )[:200]
+    sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "data" / "kernelbench" / "level*" / "*.py")))[
+        :200
+    ]
     or ["none"],
 )
 def test_every_kernelbench_reference_passes_on_the_reference_track(path: str) -> None:
