@@ -245,6 +245,8 @@ def result_row(
         "timing_on_cpu": bool(first.get("timing_on_cpu", job.device == "cpu")),
         "rtol": first.get("rtol"),
         "atol": first.get("atol"),
+        # the returned kernel was checked at atol scaled to a tiny output (kernels_runtime/tinyout.py)
+        "scaled_atol": best.scaled_atol if best else None,
         "correct_steps": summary["correct_steps"],
         "compile_failures": sum(1 for s in steps if s.get("error_kind") == "compile_error"),
         "usage": summary["usage"],

@@ -85,6 +85,10 @@ def render(result: EvalResult, candidate: str, task_key: str) -> None:
         console.print(result.error_excerpt, markup=False, highlight=False)
     if result.task_degenerate:
         console.print("[yellow]task degenerate: a win on it is not counted[/]")
+    if result.scaled_atol is not None:
+        console.print(
+            f"tiny output: compared at atol scaled to the output (at most {result.scaled_atol:.3g})"
+        )
     if result.runtime_us is not None:
         where = (
             "CPU perf_counter (not a GPU claim)"

@@ -75,6 +75,7 @@ def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> d
         "timing_on_cpu": env.timing_on_cpu if env else None,
         "rtol": env.rtol if env else None,
         "atol": env.atol if env else None,
+        "scaled_atol": best.scaled_atol if best else None,
         "compile_failures": sum(1 for s in result.steps if s.result is not None and not s.result.compiled),
         "correct_steps": sum(1 for s in result.steps if s.status != "failed"),
         "usage": result.usage.model_dump(),

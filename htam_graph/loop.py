@@ -39,6 +39,7 @@ from htam_graph.model import (
     Task,
 )
 from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore, ResumableGenerator
+from htam_graph.run_lessons import RunLessons, inputs_digest
 from htam_graph.runtypes import (
     POLICIES,
     GenerationRecord,
@@ -182,7 +183,9 @@ class OptimizationLoop:
         gpu_arch = ""
         prev_attempt: str | None = None
         evaluated: set[str] = set()  # sha256 of every candidate evaluated in this run
+        lessons = RunLessons()  # this run's own failures (run_lessons.py)
         for outcome in resume.steps if resume else ():  # the steps made before the cut, as they were
+            _learn(lessons, outcome, result.best_source)
             gpu_arch = _replay(result, outcome) or gpu_arch
             if outcome.source is not None:
                 evaluated.add(_digest(outcome.source))
@@ -200,8 +203,9 @@ class OptimizationLoop:
                     picked = self._answer_pending(pending, directions)
                 else:
                     picked = self._choose_new_candidate(
-                        task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng
-                    )
+                        task, step, history, gpu_arch, directions, executable, allowed, result, evaluated, rng,
+                        lessons,
+                    )  # fmt: skip
             except _Awaiting as e:
                 result.pending = PendingStep(
                     step=step,
@@ -223,13 +227,17 @@ class OptimizationLoop:
                 result.stopped_reason = (
                     "every applicable strategy's candidate was already evaluated in this run"
                 )
+                if lessons.banned:
+                    result.stopped_reason += ", or raised on the same inputs"
                 break
             choice, request, reply = picked
             if reply.source is not None:
                 evaluated.add(_digest(reply.source))
+            base = result.best_source  # what the candidate was generated from (before this step's adoption)
             outcome = self._evaluate_and_record(
                 task, step, choice, reply, result, history, prev_attempt, run_key, gpu_arch
             )
+            _learn(lessons, outcome, base)
             if outcome.result is not None and outcome.result.gpu_arch:
                 gpu_arch = outcome.result.gpu_arch
             if cfg.record and isinstance(self.generator, EvaluationObserver):
@@ -270,15 +278,23 @@ class OptimizationLoop:
         result: RunResult,
         evaluated: set[str],
         rng: random.Random,
+        lessons: RunLessons,
     ) -> tuple[_Choice, GenerationRequest, GenerationReply] | None:
         """Choose and generate the step's candidate. With a deterministic generator (the rules: `executable` is
         set) a strategy whose candidate is byte-identical to one already evaluated in this run is set aside for
         this step and the choice is made again among the rest: re-timing the same kernel teaches nothing and
         spent whole runs (H200, stop 11: level1/68 evaluated the same channels-last kernel six times). None when
-        every applicable strategy repeats itself. An LLM's replies are evaluated as they come."""
+        every applicable strategy repeats itself. An LLM's replies are evaluated as they come. A strategy whose
+        candidate raised on the same inputs earlier in the run is not offered again (run_lessons.py)."""
         usable, allowed_now = executable, allowed
+        banned = lessons.banned_locals(inputs_digest(result.best_source))
+        if usable is not None and banned & usable:
+            usable = usable - banned
+            allowed_now = self._allowed_directions(directions, task, usable)
+            if not allowed_now:
+                return None
         while True:
-            choice = self._choose(task, history, gpu_arch, allowed_now, usable, rng)
+            choice = self._choose(task, history, gpu_arch, allowed_now, usable, rng, lessons)
             request = self._request(task, step, choice, result, directions)
             reply = self._ask(choice, request)
             repeated = reply.source is not None and _digest(reply.source) in evaluated
@@ -303,10 +319,12 @@ class OptimizationLoop:
         allowed: list[str],
         executable: set[str] | None,
         rng: random.Random,
+        lessons: RunLessons,
     ) -> _Choice:
         cfg = self.config
         if cfg.policy == "flat":
-            return self._choose_flat(task, allowed, executable, rng)
+            return self._choose_flat(task, allowed, executable, rng, lessons)
+        allowed = self._undemoted(task, allowed, executable, lessons)
         mode: policy.PolicyMode
         if cfg.policy == "random":
             mode = "random"
@@ -324,7 +342,7 @@ class OptimizationLoop:
         direction = direction.model_copy(
             update={"probability": policy.drawn_probability(scores, direction.key, excluded)}
         )
-        candidates = self._locals(task, direction.key, executable)
+        candidates = lessons.least_penalised(self._locals(task, direction.key, executable))
         if not candidates:
             raise HtamError(f"direction {direction.key!r} has no applicable local strategy")
         if cfg.policy == "random" or cfg.policy == "no-local":
@@ -345,7 +363,12 @@ class OptimizationLoop:
         return _Choice(direction, local, examples, others[:_MAX_ALTERNATIVES])
 
     def _choose_flat(
-        self, task: Task, allowed: list[str], executable: set[str] | None, rng: random.Random
+        self,
+        task: Task,
+        allowed: list[str],
+        executable: set[str] | None,
+        rng: random.Random,
+        lessons: RunLessons,
     ) -> _Choice:
         """Flat retrieval: the most similar past attempts, no hierarchy; reuse the best one's strategy."""
         similar = memory.similar_attempts(self.store, task.op_tags, limit=5, exclude_task_key=task.key)
@@ -353,6 +376,7 @@ class OptimizationLoop:
         pool: list[LocalWithEvidence] = []
         for key in allowed:
             pool.extend(self._locals(task, key, executable))
+        pool = lessons.least_penalised(pool)
         by_key = {c.strategy.key: c for c in pool}
         positive = [a for a in usable if a.positive and a.local_key in by_key]
         if positive and rng.random() > 0.2:
@@ -363,6 +387,19 @@ class OptimizationLoop:
             key=local.strategy.global_key, score=0.0, support=len(similar), probability=0.0
         )
         return _Choice(direction, local, similar)
+
+    def _undemoted(
+        self, task: Task, allowed: list[str], executable: set[str] | None, lessons: RunLessons
+    ) -> list[str]:
+        """The allowed directions with a strategy this run has not demoted (all of them when there is none)."""
+        if not lessons.penalties:
+            return allowed
+        fresh = [
+            key
+            for key in allowed
+            if any(lessons.penalty(c.strategy.key) == 0 for c in self._locals(task, key, executable))
+        ]
+        return fresh or allowed
 
     def _locals(self, task: Task, global_key: str, executable: set[str] | None) -> list[LocalWithEvidence]:
         found = memory.locals_for(
@@ -607,6 +644,19 @@ def _adopt(
         result.best_step, result.best_result = step, evaluation
         if status == "improved":
             result.best_speedup_x = speedup or result.best_speedup_x
+
+
+def _learn(lessons: RunLessons, outcome: StepOutcome, base_source: str) -> None:
+    """Take a step's failure into the run's lessons (run_lessons.py): a repeated error class demotes its
+    strategy for the rest of the run; a candidate that raised bans its strategy on the same base kernel."""
+    if lessons.learn(
+        outcome.local_key, outcome.error_kind, outcome.error_excerpt, inputs_digest(base_source)
+    ):
+        log.info(
+            "step %d: %s failed again with an error class seen earlier in the run; demoted for the rest of it",
+            outcome.step,
+            outcome.local_key,
+        )
 
 
 def _replay(result: RunResult, outcome: StepOutcome) -> str:

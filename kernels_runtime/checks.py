@@ -6,6 +6,7 @@ the reason under the check's name in `EvalResult.checks`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,15 @@ __all__ = [
     "plain_tensor_problem",
     "bitwise_equal",
     "degenerate_reason",
+    "trivial_output_reason",
+    "scaled_atols",
+    "same_across_seeds",
     "poison_allocator",
 ]
+
+Tolerance = float | Sequence[float]
+"""An absolute tolerance: one for every output leaf, or one per leaf of the flattened reference output (the
+tiny-output check scales it to each output, kernels_runtime/tinyout.py)."""
 
 _NONFLOAT_EXACT = "exact"
 
@@ -174,20 +182,31 @@ def bitwise_mask(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a == b) | (torch.isnan(a) & torch.isnan(b))
 
 
-def compare_outputs(out: Any, ref: Any, rtol: float, atol: float) -> Comparison:
-    """Compare (possibly tuple) outputs: same structure, dtype and shape; values within tolerance."""
+def per_leaf(atol: Tolerance, leaves: int) -> list[float]:
+    """The absolute tolerance of each of `leaves` output leaves."""
+    if isinstance(atol, int | float):
+        return [float(atol)] * leaves
+    if len(atol) != leaves:
+        raise ValueError(f"{len(atol)} tolerances for {leaves} output leaves")
+    return [float(a) for a in atol]
+
+
+def compare_outputs(out: Any, ref: Any, rtol: float, atol: Tolerance) -> Comparison:
+    """Compare (possibly tuple) outputs: same structure, dtype and shape; values within tolerance.
+
+    `atol` is one tolerance, or one per leaf of the flattened reference output."""
     outs, refs = flatten(out), flatten(ref)
     if len(outs) != len(refs):
         return Comparison(False, f"the candidate returned {len(outs)} outputs, the reference {len(refs)}")
     worst = Comparison(True)
-    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+    for i, (o, r, tol) in enumerate(zip(outs, refs, per_leaf(atol, len(refs)), strict=True)):
         if isinstance(r, torch.Tensor):
             if not isinstance(o, torch.Tensor):
                 return Comparison(False, f"output #{i} is a {type(o).__name__}, expected a tensor")
-            c = _compare_tensor(i, o, r, rtol, atol)
+            c = _compare_tensor(i, o, r, rtol, tol)
         else:
             same = type(o) is type(r) and (
-                o == r or (isinstance(r, float) and abs(o - r) <= atol + rtol * abs(r))
+                o == r or (isinstance(r, float) and abs(o - r) <= tol + rtol * abs(r))
             )
             c = Comparison(bool(same), "" if same else f"output #{i} is {o!r}, expected {r!r}")
         if not c.ok:
@@ -208,43 +227,101 @@ def _within(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
     return True
 
 
+def _float_leaves(out: Any, atol: Tolerance) -> list[tuple[torch.Tensor, float]]:
+    """The floating tensor leaves of `out`, each with its absolute tolerance."""
+    leaves = flatten(out)
+    return [
+        (t, a)
+        for t, a in zip(leaves, per_leaf(atol, len(leaves)), strict=True)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
+
+
+def trivial_output_reason(out: Any, rtol: float, atol: Tolerance) -> str | None:
+    """Why a finite reference output is within tolerance of a trivial output (zeros, or a constant, which a
+    uniform 1/N is), so that such an output would pass the comparison; None otherwise (or when not finite)."""
+    first = _float_leaves(out, atol)
+    if not first or any(not bool(torch.isfinite(t).all().item()) for t, _ in first):
+        return None
+    if all(_within(torch.zeros_like(t), t, rtol, a) for t, a in first):
+        return "the reference output is within tolerance of zeros (a zero output would pass)"
+    if all(
+        t.numel() > 1 and _within(torch.full_like(t, t.mean(dtype=torch.float64).item()), t, rtol, a)
+        for t, a in first
+    ):
+        return "the reference output is within tolerance of a constant"
+    return None
+
+
+def _peak(t: torch.Tensor) -> float:
+    """max|t| (NaN when t holds a NaN), in chunks: no full-size temporary."""
+    flat = t.detach().reshape(-1)
+    peaks = [
+        float(flat[begin : begin + _COMPARE_CHUNK].abs().max().item())
+        for begin in range(0, flat.numel(), _COMPARE_CHUNK)
+    ]
+    return math.nan if any(math.isnan(p) for p in peaks) else max(peaks)
+
+
+def scaled_atols(ref: Any, atol: float) -> list[float]:
+    """One absolute tolerance per leaf of the flattened reference output, scaled to the output: `atol` times
+    max|leaf| for a floating tensor leaf whose largest magnitude is below 1 (never above `atol`; an all-zero or
+    non-finite leaf keeps `atol`), `atol` for every other leaf (kernels_runtime/tinyout.py)."""
+    out = []
+    for leaf in flatten(ref):
+        tol = atol
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel():
+            peak = _peak(leaf)
+            if math.isfinite(peak) and 0.0 < peak < 1.0:
+                tol = atol * peak
+        out.append(tol)
+    return out
+
+
+def same_across_seeds(samples: Sequence[Sequence[torch.Tensor]], rtol: float, atol: Tolerance) -> bool:
+    """Whether the output samples of different seeds (`samples[k]`: trial k's floating leaves) are inside each
+    other's tolerance: the output does not depend on the inputs."""
+    if len(samples) <= 1:
+        return False
+    atols = per_leaf(atol, len(samples[0]))
+    return all(
+        len(other) == len(samples[0])
+        and all(
+            a.shape == b.shape and _within(a, b, rtol, tol)
+            for a, b, tol in zip(other, samples[0], atols, strict=True)
+        )
+        for other in samples[1:]
+    )
+
+
 def degenerate_reason(
     first_out: Any,
     samples: Sequence[Sequence[torch.Tensor]],
     first_inputs: Sequence[Any],
     rtol: float,
-    atol: float,
+    atol: Tolerance,
 ) -> str | None:
     """Why a task's reference outputs make correctness meaningless (pitfalls 8, 9), or None.
 
     `first_out` is the reference output of the first trial on `first_inputs`; `samples[k]` a fixed strided
     sample of trial k's output (different seeds). Degenerate: a non-finite reference; every output inside the
-    tolerance of zero or of its own mean (a constant would pass); the samples of different seeds inside each
+    tolerance of zeros or of its own mean (a constant would pass); the samples of different seeds inside each
     other's tolerance (the output does not depend on the inputs); or an output bit-equal to an input.
+    `atol` is one tolerance or one per leaf of `first_out` (the tiny-output check's scaled tolerances).
     """
-    first = [t for t in flatten(first_out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    if not first:
+    floats = _float_leaves(first_out, atol)
+    if not floats:
         return (
             None  # integer outputs (argmin, ...) are compared exactly; a constant there is still informative
         )
-    if any(not bool(torch.isfinite(t).all().item()) for t in first):
+    if any(not bool(torch.isfinite(t).all().item()) for t, _ in floats):
         return "the reference output contains NaN/Inf"
-    if all(_within(torch.zeros_like(t), t, rtol, atol) for t in first):
-        return "the reference output is within tolerance of zeros (a zero output would pass)"
-    if all(
-        t.numel() > 1 and _within(torch.full_like(t, t.mean(dtype=torch.float64).item()), t, rtol, atol)
-        for t in first
-    ):
-        return "the reference output is within tolerance of a constant"
-    if len(samples) > 1 and all(
-        len(other) == len(samples[0])
-        and all(
-            a.shape == b.shape and _within(a, b, rtol, atol) for a, b in zip(other, samples[0], strict=True)
-        )
-        for other in samples[1:]
-    ):
+    trivial = trivial_output_reason(first_out, rtol, atol)
+    if trivial:
+        return trivial
+    if same_across_seeds(samples, rtol, [a for _, a in floats]):
         return "the reference output does not depend on the inputs (same across seeds)"
-    for t in first:
+    for t, _ in floats:
         for j, x in enumerate(_tensors(first_inputs)):
             if x.shape == t.shape and x.dtype == t.dtype and bitwise_equal(x.to(t.device), t):
                 return f"the reference output equals input #{j} (the op is the identity on these inputs)"

@@ -1,8 +1,10 @@
 """The evaluation pipeline of one request, run inside the worker process (never in the caller).
 
-static checks → shape variants → task module → candidate import (compile) → extra shape variants (first, so
-the candidate's first call is never at the main shape) → correctness trials at the main variant → deterministic rerun → task degeneracy → interleaved timing → recheck after
-timing → speed of light. Each step records its named check; the first failure decides the error kind.
+static checks → shape variants → task module → candidate import (compile) → the tolerance of a tiny reference
+output (tinyout.py) → extra shape variants (the smaller ones first, so the candidate's first call is never at the
+main shape) → correctness trials at the main variant → larger extra variants, task configurations →
+deterministic rerun → task degeneracy → interleaved timing → recheck after timing → speed of light. Each step
+records its named check; the first failure decides the error kind.
 """
 
 from __future__ import annotations
@@ -20,14 +22,22 @@ from typing import Any
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import checks, diskcache, gpulock, guards, shapes, sharing, taskmod
+from htam_graph.kernels_runtime import (
+    diskcache,
+    gpulock,
+    guards,
+    output_checks,
+    shapes,
+    sharing,
+    taskmod,
+    tinyout,
+)
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import (
     CandidateFailure,
     HarnessFailure,
     build_models,
     load_candidate,
-    make_inputs,
     temporary_globals,
 )
 from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
@@ -37,8 +47,6 @@ from htam_graph.kernels_runtime.trials import (
     TrialContext,
     TrialOutcome,
     attributed,
-    call_candidate,
-    call_reference,
     run_trial,
     trial_seed,
     verify_guards,
@@ -51,7 +59,6 @@ log = logging.getLogger(__name__)
 __all__ = ["evaluate_here", "WorkerState"]
 
 _EXTRA_TRIALS = 2  # trials per extra shape variant
-_DETERMINISM_POISON = 1.0e3  # the second run's poison differs from the first's NaN
 
 
 class WorkerState:
@@ -64,6 +71,7 @@ class WorkerState:
         # Told "queued" / "admitted" around every wait for the GPU (gpulock: memory budget, shared and exclusive
         # lock); the worker forwards them to the progress file and the evaluator stops the request's clock.
         self.progress: Callable[[str], None] = lambda _event: None
+        self.trial_context: TrialContext | None = None  # the current evaluation's (its tiny-output check)
 
 
 def _environment(rec: Recorder, device: torch.device) -> None:
@@ -142,6 +150,7 @@ def _variant_label(shape: str, overrides: dict[str, Any]) -> str:
 def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
     """Run the whole pipeline for one request in this process and return its result (never raises)."""
     rec = Recorder(req)
+    state.trial_context = None
     start = time.perf_counter()
     device = torch.device(req.device)
     try:
@@ -162,6 +171,7 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
         # torch.OutOfMemoryError stays INFRA_ERROR (evaluation.md pitfall 19, as for candidate code in
         # execution.classify): with evaluations sharing a GPU it says more about the machine than the candidate.
         rec.fail(kind, exception_excerpt(e))
+    tinyout.finish(rec, state.trial_context)
     rec.set(wall_s=time.perf_counter() - start)
     result: EvalResult = rec.result()
     return result
@@ -247,6 +257,7 @@ def _admitted(
         device, req.precision_policy, rec.rtol, rec.atol, req.candidate_kind == "kernel",
         state.counter, state.identities, cand_file,
     )  # fmt: skip
+    state.trial_context = ctx
     # compile_s: the candidate's import (load_inline builds) plus its first forward (Triton JIT compiles).
     ctx.on_first_call = lambda first_s: rec.set(compiled=True, compile_s=import_s + first_s)
     verify_guards(ctx)  # the import itself must not have patched timers or flipped TF32
@@ -254,6 +265,8 @@ def _admitted(
         ref, cand, weights_note = build_models(task, candidate, trial_seed(req, 0, 0), device, cand_file)
         rec.info("weights", weights_note)
         with phase("correctness"):
+            with phase("correctness.tiny_output"):
+                tinyout.prepare(req, rec, ctx, task, ref)  # a tiny reference output: scaled tolerance
             # Shapes in increasing input size: the candidate's first call is at the smallest shape, so a kernel
             # that remembers its first call's size (and clips later calls to it) fails a later, larger shape,
             # and one that bakes in the main shape fails the extra one (on the GPU extra variants are smaller
@@ -265,7 +278,7 @@ def _admitted(
                 sharing.release_cache(device)
             with phase("correctness.trials"):
                 outcomes = [run_trial(ctx, task, ref, cand, trial_seed(req, 0, 0), "trial 1")]
-                for t in range(1, req.trials):
+                for t in range(1, tinyout.main_trials(req, ctx)):
                     later = run_trial(ctx, task, ref, cand, trial_seed(req, 0, t), f"trial {t + 1}")
                     # only the first trial's inputs and output are checked again (degeneracy): holding every
                     # trial's would multiply the device memory by the number of trials
@@ -277,9 +290,9 @@ def _admitted(
             with phase("correctness.task_configs"):
                 _task_configs(req, rec, ctx, candidate, variants[0], cand_file)
             with phase("correctness.rerun"):
-                _deterministic_rerun(req, rec, ctx, task, ref, cand)
+                output_checks.deterministic_rerun(req, rec, ctx, task, ref, cand)
             with phase("correctness.degeneracy"):
-                _degeneracy(rec, outcomes)
+                output_checks.degeneracy(rec, ctx, outcomes)
         del outcomes
         sharing.release_cache(device)
     time_and_recheck(req, rec, ctx, task, ref, cand, phase)
@@ -389,55 +402,3 @@ def _task_configs(
             for t in range(min(_EXTRA_TRIALS, req.trials)):
                 run_trial(ctx, task, ref, cand, trial_seed(req, 50 + v, t), f"config {name}{at}")
     rec.ok("task_configs", f"{len(configs)} configurations: " + "; ".join(name for name, _ in configs))
-
-
-def _deterministic_rerun(
-    req: EvalRequest, rec: Recorder, ctx: TrialContext, task: types.ModuleType, ref: Any, cand: Any
-) -> None:
-    """Same inputs twice, different poison each time: where the reference is bit-exact, so must the candidate be."""
-    seed = trial_seed(req, 0, 900)
-    inputs = make_inputs(task, seed, ctx.device)
-    ref_a = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
-    ref_b = call_reference(ref, checks.clone_inputs(inputs), seed, ctx)
-    ref_det = all(
-        not isinstance(a, torch.Tensor) or checks.bitwise_equal(a, b)
-        for a, b in zip(checks.flatten(ref_a), checks.flatten(ref_b), strict=True)
-    )
-    outs = []
-    for poison in (float("nan"), _DETERMINISM_POISON):
-        checks.poison_allocator(ctx.device, ctx.poison_bytes, poison, sizes=ctx.poison_sizes)
-        out, _ = call_candidate(cand, checks.clone_inputs(inputs), seed, ctx)
-        outs.append(out)
-    if not ref_det:
-        rec.skip("deterministic_rerun", "the reference itself is not bit-exact across two runs")
-        return
-    leaves_a, leaves_b = checks.flatten(outs[0]), checks.flatten(outs[1])
-    same = len(leaves_a) == len(leaves_b) and all(
-        (
-            checks.bitwise_equal(a, b)
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            else a == b
-        )
-        for a, b in zip(leaves_a, leaves_b, strict=True)
-    )
-    if not same:
-        raise CandidateFailure(
-            ErrorKind.MISMATCH,
-            "deterministic_rerun",
-            "two runs on the same inputs (different allocator poison) differ while the reference is bit-exact: "
-            "uninitialised memory, a race, or atomics",
-        )
-    rec.ok("deterministic_rerun", "bit-exact across two runs with different poison")
-
-
-def _degeneracy(rec: Recorder, outcomes: list[TrialOutcome]) -> None:
-    """Flag the TASK (not the candidate) when its outputs cannot discriminate (pitfalls 8, 9)."""
-    first = outcomes[0]
-    reason = checks.degenerate_reason(
-        first.ref_out, [o.sample for o in outcomes], first.inputs, rec.rtol, rec.atol
-    )
-    if reason:
-        rec.set(task_degenerate=True)
-        rec.fail_check("output_not_trivial", f"task degenerate (not a candidate failure): {reason}")
-    else:
-        rec.ok("output_not_trivial", f"reference varies across {len(outcomes)} seeds and is not ~0/constant")

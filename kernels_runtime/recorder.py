@@ -24,6 +24,7 @@ ALL_CHECKS = (
     "task_configs",
     "deterministic_rerun",
     "output_not_trivial",
+    "tiny_output_tolerance",
     "caller_stream",
     "device_sync",
     "recheck_after_timing",

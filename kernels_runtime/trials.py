@@ -35,6 +35,7 @@ __all__ = [
     "call_candidate",
     "call_reference",
     "run_trial",
+    "trial_atol",
     "trial_seed",
 ]
 
@@ -59,6 +60,10 @@ class TrialContext:
     first_call_s: float | None = None  # the first candidate forward (includes Triton JIT compilation)
     on_first_call: Callable[[float], None] | None = None  # told once the candidate has run (it compiled)
     poison_sizes: list[int] = field(default_factory=list)  # byte sizes of the last trial's inputs and outputs
+    # The tiny-output check (tinyout.py): every comparison uses atol scaled to the trial's reference output;
+    # the largest absolute tolerance such a comparison applied.
+    scaled_atol: bool = False
+    largest_scaled_atol: float = 0.0
 
 
 @dataclass
@@ -206,9 +211,11 @@ def run_trial(
             f"{label}: the forward launched no Triton kernel and called no __global__ extension function "
             "(a torch fallback, pitfall 15)",
         )
-    cmp = checks.compare_outputs(out, ref_out, ctx.rtol, ctx.atol)
+    cmp = checks.compare_outputs(out, ref_out, ctx.rtol, trial_atol(ctx, ref_out))
     if not cmp.ok:
         check, reason = "correctness", cmp.reason
+        if ctx.scaled_atol:
+            reason += " (the tiny-output tolerance: atol scaled to max|reference|)"
         if _has_poison(out):
             # NaN is the poison written into recycled memory: an uninitialised or reused buffer shows up here
             # (a kernel that computes NaN shows up here too; both are mismatches).
@@ -221,6 +228,16 @@ def run_trial(
         raise failure
     del ref_inputs
     return TrialOutcome(inputs, ref_out, _sample(ref_out), cmp.max_abs_err, cmp.max_rel_err)
+
+
+def trial_atol(ctx: TrialContext, ref_out: Any) -> checks.Tolerance:
+    """The absolute tolerance of a comparison with `ref_out`: the request's, or per output scaled to it under
+    the tiny-output check (tinyout.py), whose largest value is kept in the context."""
+    if not ctx.scaled_atol:
+        return ctx.atol
+    atols = checks.scaled_atols(ref_out, ctx.atol)
+    ctx.largest_scaled_atol = max([ctx.largest_scaled_atol, *atols])
+    return atols
 
 
 def trial_seed(req: EvalRequest, variant: int, trial: int) -> int:

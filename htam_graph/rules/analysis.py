@@ -20,6 +20,8 @@ import types
 import warnings
 from typing import Any
 
+from htam_graph.rules.analysis_casts import is_noop_cast
+from htam_graph.rules.analysis_constants import inline_trace_constants
 from htam_graph.rules.analysis_functional import functional_norm_node, is_functional_norm
 from htam_graph.rules.analysis_structural import (
     cat_node,
@@ -44,6 +46,7 @@ from htam_graph.rules.ops import (
     Signature,
     TensorInfo,
     Value,
+    number,
 )
 
 __all__ = ["analyse_source", "load_namespace"]
@@ -117,6 +120,9 @@ def _analyse(source: str) -> OpGraph:
 
 # ------------------------------------------------------------------------------------------- normalisation
 def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
+    inline_trace_constants(
+        gm
+    )  # `torch.tensor(c)` in forward: a number, not an attribute (analysis_constants.py)
     names: dict[Any, str] = {}
     inputs: list[TensorInfo] = []
     attrs: dict[str, TensorInfo] = {}
@@ -143,6 +149,8 @@ def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
             if not isinstance(value, Ref):
                 raise NotApplicable("the forward does not return a single tensor")
             output = value
+        elif is_noop_cast(fx_node, with_shapes):
+            names[fx_node] = names[fx_node.args[0]]  # `x.float()` on float32: x itself (analysis_casts.py)
         elif _is_values_getitem(fx_node):
             names[fx_node] = names[fx_node.args[0]]  # `torch.min(x, dim)[0]`: the reduction node itself
         elif _is_transpose_attr(fx_node):
@@ -429,7 +437,9 @@ def _check_semantics(
     sig: Signature, operands: tuple[Value, ...], params: tuple[tuple[str, Value], ...]
 ) -> None:
     """Reject calls whose name is elementwise but whose arguments make them something else."""
-    if sig.op in ("max", "min") and not isinstance(operands[1], Ref):
+    # (a number as the second operand is an inlined 0-d tensor constant, `torch.min(x, torch.tensor(c))`: that
+    # is elementwise; an int dim never gets here, `_is_min_max_over_dim` took it)
+    if sig.op in ("max", "min") and not isinstance(operands[1], Ref) and number(operands[1]) is None:
         raise NotApplicable(
             f"torch.{sig.op}(x, {operands[1]}) is a reduction over a dimension, not elementwise"
         )
@@ -512,6 +522,8 @@ def _mark_node(node: OpNode, marked: OpNode, by_marker: dict[tuple[type, float |
         if not isinstance(seen, int | float) or isinstance(seen, bool):
             return original
         name = by_marker.get((type(seen), seen))
+        if name is None and isinstance(seen, float) and seen.is_integer():
+            name = by_marker.get((int, int(seen)))  # an int attribute inlined from a 0-d tensor constant
         if name is not None and isinstance(value, int | float) and not isinstance(value, bool):
             return AttrScalar(name, value)
         return original

@@ -97,6 +97,11 @@ class RulesGenerator:
             source = self._emit(recipe, view, request)
         except NotApplicable as e:
             return _no_code(f"{key or request.direction.key} on {request.task.key}: {e}")
+        except (
+            Exception
+        ) as e:  # a recipe's own defect: no code for this strategy on these inputs, not a crash
+            log.exception("rules: %s raised on %s", key, request.task.key)
+            return _no_code(f"{key} raised on {request.task.key}: {type(e).__name__}: {e}")
         log.info("rules: %s wrote %d lines for %s", key, source.count("\n"), request.task.key)
         return GenerationReply(source=source, raw_text=source, model=f"rules/{key}", usage=Usage())
 

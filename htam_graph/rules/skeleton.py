@@ -124,6 +124,8 @@ def _check_free_names(init: ast.FunctionDef, imported: set[str]) -> None:
     for node in ast.walk(init):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):  # `import math` inside __init__ (copied with it)
+            bound.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
     for node in ast.walk(init):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in bound or node.id in imported or hasattr(builtins, node.id) or node.id == "Model":

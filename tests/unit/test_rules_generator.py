@@ -167,3 +167,25 @@ def test_header_roundtrip_and_config_validation() -> None:
     )  # not a power of 2
     with pytest.raises(ValueError):
         KernelConfig(num_warps=3)
+
+
+class _RaisingRecipe:
+    """A recipe with a defect: it applies, then raises while writing its kernel."""
+
+    key = "fusion.elementwise_chain"
+    default_config = KernelConfig()
+
+    def check(self, view: object) -> object:
+        from htam_graph.rules.base import Applicability
+
+        return Applicability.yes()
+
+    def emit(self, view: object, config: KernelConfig) -> str:
+        raise KeyError("a recipe bug")
+
+
+def test_a_recipe_that_raises_gives_no_code_with_the_error_not_a_crash() -> None:
+    generator = RulesGenerator({"fusion.elementwise_chain": _RaisingRecipe()})  # type: ignore[dict-item]
+    reply = generator.generate(request(kb_task("level1/26_GELU_.py"), "fusion.elementwise_chain"))
+    assert reply.source is None
+    assert "raised" in (reply.error or "") and "KeyError" in (reply.error or "")

@@ -343,3 +343,27 @@ def test_a_call_that_blocks_on_the_device_counts_its_sync_in_window_time() -> No
                        starved_runs={"a": 20}, launch_us={"a": [15600.0] * 3}, sync_in_window={"a"})  # fmt: skip
     assert t.time_us("a") == 12700.0 and not t.host_bound("a")  # host work is already inside the window
     assert "timed again sync-in-window" in t.describe("a") and "ran out in 20/20 runs" in t.describe("a")
+
+
+def test_scaled_atols_tighten_tiny_outputs_only() -> None:
+    tiny = torch.softmax(torch.rand(2, 20000), dim=1)  # every value ~3e-5 to ~8e-5
+    (atol,) = checks.scaled_atols(tiny, 1e-4)
+    assert atol == pytest.approx(1e-4 * float(tiny.max()))
+    # never above the request's tolerance; integer, all-zero and large leaves keep it
+    assert checks.scaled_atols((torch.rand(8) * 10, torch.zeros(3), torch.arange(3)), 1e-4) == [1e-4] * 3
+    uniform = torch.full_like(tiny, 1.0 / tiny.shape[1])
+    assert checks.compare_outputs(uniform, tiny, 1e-4, 1e-4).ok  # why the scaled tolerance exists
+    assert not checks.compare_outputs(uniform, tiny, 1e-4, [atol]).ok
+    assert checks.compare_outputs(tiny.clone(), tiny, 1e-4, [atol]).ok
+    with pytest.raises(ValueError):
+        checks.compare_outputs(tiny, tiny, 1e-4, [atol, atol])
+
+
+def test_trivial_output_reason_at_the_scaled_tolerance() -> None:
+    tiny = torch.softmax(torch.rand(2, 20000), dim=1)
+    assert "zeros" in (checks.trivial_output_reason(tiny, 1e-4, 1e-4) or "")
+    assert checks.trivial_output_reason(tiny, 1e-4, checks.scaled_atols(tiny, 1e-4)) is None
+    assert checks.trivial_output_reason(torch.full((8,), 3e-6), 1e-4, [3e-10]) is not None  # a true constant
+    nan = tiny.clone()
+    nan[0, 0] = float("nan")
+    assert checks.trivial_output_reason(nan, 1e-4, 1e-4) is None  # non-finite: degenerate, not tiny
