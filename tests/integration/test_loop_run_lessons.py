@@ -91,17 +91,17 @@ def _strategies(n: int) -> list[str]:
 def test_a_repeated_error_class_demotes_the_strategy_for_the_rest_of_the_run(seeded, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     bad, good, other = _strategies(3)
     verdicts = {bad: "mismatch", good: "correct 1.0", other: "correct 1.0"}  # 1.0x: the base never changes
-    result = _run(seeded, verdicts, steps=10)
+    result = _run(seeded, verdicts, steps=16)
     chosen = [s.local_key for s in result.steps]
     failures = [i for i, s in enumerate(result.steps) if s.status == "failed"]
     assert len(failures) == 2 and all(chosen[i] == bad for i in failures)  # failed twice: the class repeated
-    assert bad not in chosen[failures[1] + 1 :] and len(chosen) == 10  # then never chosen again in the run
+    assert bad not in chosen[failures[1] + 1 :] and len(chosen) == 16  # then never chosen again in the run
     # the failures are negative evidence for the strategy in the graph
     evidence = {c.strategy.key: c for c in memory.locals_for(seeded, result.steps[failures[0]].global_key)}
     assert evidence[bad].negatives >= 2 and evidence[bad].positives == 0
     # control: the same seeded run without the lessons keeps drawing the failing strategy
     monkeypatch.setattr(loop_module, "RunLessons", _Forgetful)
-    control = _run(seeded, verdicts, steps=10)
+    control = _run(seeded, verdicts, steps=16)
     assert sum(s.status == "failed" for s in control.steps) > 2
 
 
@@ -127,7 +127,7 @@ def test_a_strategy_whose_candidate_raised_is_not_offered_again_on_the_same_inpu
     assert ATTRIBUTE in raised[0].error_excerpt
     assert all(s.local_key == fine for s in result.steps if s is not raised[0]) and len(result.steps) == 6
     monkeypatch.setattr(loop_module, "RunLessons", _Forgetful)
-    control = _run(seeded, verdicts, steps=6)
+    control = _run(seeded, verdicts, steps=12)
     assert sum(s.local_key == raising for s in control.steps) > 1
 
 
