@@ -30,7 +30,8 @@ def baseline(
     settings: Settings, tasks: tuple[str, ...], device: str | None, shape: str, timing_runs: int,
     skip_compile: bool, no_store: bool, as_json: bool,
 ) -> None:  # fmt: skip
-    """Measure reference baselines of TASK files or keys (eager, torch.compile) and store them as (:Baseline)."""
+    """Measure reference baselines of TASK files or keys (eager, torch.compile) and store them as
+    (:Baseline)."""
     from htam_graph.kernels_runtime.baseline import baseline_request, baseline_row
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
 
@@ -38,7 +39,8 @@ def baseline(
         device = resolve_device(None)
         if device != "cuda":
             raise ConfigError(
-                "no CUDA device: baselines are GPU measurements (pass --device cpu to store flagged CPU values)"
+                "no CUDA device: baselines are GPU measurements "
+                "(pass --device cpu to store flagged CPU values)"
             )
     device = resolve_device(device)
     requests = []
@@ -70,7 +72,8 @@ def baseline(
                 " (CPU timing)" if p["timing_on_cpu"] else f" ({p['timing_method'].replace('_', '-')} timing)"
             )
             click.echo(
-                f"{row['task_key']}: eager {p['eager_us']:,.1f} µs, torch.compile {comp} on {p['gpu_name'] or p['gpu_arch']}{flag}"
+                f"{row['task_key']}: eager {p['eager_us']:,.1f} µs, torch.compile {comp} "
+                f"on {p['gpu_name'] or p['gpu_arch']}{flag}"
             )
         for f in failures:
             click.echo(f"failed: {f}", err=True)

@@ -5,7 +5,7 @@
 
 Writes DIR/bench.json, DIR/results.jsonl (one line per finished run), DIR/runs/..., and at the end the memory
 bank (DIR/memory/bank.jsonl) and the report (DIR/report/). Re-running the same command resumes. See
-notes/BENCH_FORMAT.md for the folder contract, `benchrun.py` for the engine, `executors.py` for where runs go.
+notes/BENCH_FORMAT.md for the folder contract, `htam_graph/bench/` for the engine.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from rich.progress import (
 )
 
 from htam_graph import __version__
-from htam_graph.cli.backends import LLMFlags, llm_options, make_backend
-from htam_graph.cli.benchrun import (
+from htam_graph.bench.engine import (
     BENCH_JSON,
     FORMAT_VERSION,
     RESULTS,
@@ -47,9 +46,11 @@ from htam_graph.cli.benchrun import (
     resolve_selectors,
     write_json,
 )
+from htam_graph.cli.backends import llm_options
 from htam_graph.cli.replies import awaiting_line, courier_for
 from htam_graph.cli.run import pick_device
 from htam_graph.errors import ConfigError, HtamError
+from htam_graph.generators import LLMFlags, make_backend
 from htam_graph.loop import POLICIES, RunConfig
 from htam_graph.model import Device, EvalRequest, Language, PrecisionPolicy, ShapeVariant
 from htam_graph.settings import Settings
@@ -148,7 +149,7 @@ def _command(spec: BenchSpec, out: Path) -> str:
 def _make_executor(
     kind: str, device: str, workers: int, task_timeout_s: float | None
 ) -> tuple[Executor, Device]:
-    from htam_graph.cli.executors import LocalExecutor, RayExecutor, gpu_lock_env
+    from htam_graph.bench.executors import LocalExecutor, RayExecutor, gpu_lock_env
 
     if kind == "ray":
         ray_ex = RayExecutor(task_timeout_s)
@@ -208,7 +209,7 @@ def _finish(
     if not rows:  # every run awaits a reply (or none ran): there is nothing to report yet
         return done
     try:
-        from htam_graph.cli.reportlib import write_report
+        from htam_graph.report.writer import write_report
 
         done["report"] = str(write_report(out))
     except Exception as e:  # the results are on disk; `htam-graph report DIR` can be re-run
@@ -237,20 +238,24 @@ def _finish(
               show_default=True)  # fmt: skip
 @click.option("--seeds", default="0", show_default=True, callback=_parse_seeds, help="Comma-separated.")
 @click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
-              help="Runs at once (local: worker processes spread over the GPUs; ray: tasks in flight).")  # fmt: skip
+              help="Runs at once (local: worker processes spread over the GPUs; ray: tasks in flight)."
+              )  # fmt: skip
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="ray: ray.init(address=$RAY_ADDRESS), a local Ray instance when unset.")  # fmt: skip
 @click.option("--task-timeout", "task_timeout_s", type=click.FloatRange(min=1), default=None,
-              help="Seconds per (task, policy, seed) run; a run past it is killed and recorded as timeout.")  # fmt: skip
+              help="Seconds per (task, policy, seed) run; a run past it is killed and recorded as timeout."
+              )  # fmt: skip
 @click.option(
     "--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Per candidate, s."
 )
 @click.option("--frozen-memory", is_flag=True, help="Evaluate a fixed memory: read it, write nothing back.")
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
-              help="One LLM dollar budget shared by every run (kept in DIR/budget.jsonl across resumes).")  # fmt: skip
+              help="One LLM dollar budget shared by every run (kept in DIR/budget.jsonl across resumes)."
+              )  # fmt: skip
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--json", "as_json", is_flag=True,
-              help="No progress bar (each run's line still goes to stderr); print a JSON summary at the end.")  # fmt: skip
+              help="No progress bar (each run's line still goes to stderr); print a JSON summary at the end."
+              )  # fmt: skip
 @llm_options
 @click.pass_obj
 def bench(
@@ -276,13 +281,14 @@ def bench(
     as_json: bool,
     llm_flags: LLMFlags,
 ) -> None:
-    """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue; a run
-    cut mid-way continues at its next step).
+    """Benchmark the loop over many tasks into --out DIR (resumable: re-run the same command to continue; a
+    run cut mid-way continues at its next step).
 
-    With --backend files (or a replay file lacking a request) every run stops at the step whose reply it awaits,
-    its request written to DIR/runs/.../pending/; the bench ends (exit 0) saying how many await, and the same
-    command, once the replies are saved, continues each at that step. With batch:anthropic / batch:openai the
-    awaited requests go out as one batch job, are polled for up to --llm-timeout seconds, and the runs resume."""
+    With --backend files (or a replay file lacking a request) every run stops at the step whose reply it
+    awaits, its request written to DIR/runs/.../pending/; the bench ends (exit 0) saying how many await, and
+    the same command, once the replies are saved, continues each at that step. With batch:anthropic /
+    batch:openai the awaited requests go out as one batch job, are polled for up to --llm-timeout seconds, and
+    the runs resume."""
     from htam_graph import memory
     from htam_graph.store import store_session
 
@@ -290,7 +296,7 @@ def bench(
     if not all_selectors:
         raise click.UsageError("give at least one --tasks SELECTOR")
     console = Console(stderr=True, soft_wrap=True)  # stderr also under --json (stdout: the JSON summary)
-    from htam_graph.cli.benchbudget import BenchBudget
+    from htam_graph.bench.budget import BenchBudget
 
     deferred = backend == "files" or backend.startswith("batch:")
     if deferred and executor == "ray":
@@ -308,9 +314,9 @@ def bench(
             selectors=all_selectors, task_keys=[t.key for t in tasks], backend=backend, model=model,
             policies=list(dict.fromkeys(policies or ("htam",))), steps=steps, device=resolved,
             shape=cast(ShapeVariant, shape), seeds=seeds, workers=workers, executor=executor,
-            frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision), language=Language(language),
-            task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s, base_url=base_url, budget_usd=budget_usd,
-            llm_flags=llm_flags,
+            frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision),
+            language=Language(language), task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s,
+            base_url=base_url, budget_usd=budget_usd, llm_flags=llm_flags,
         )  # fmt: skip
         meta = _bench_meta(spec, out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -346,7 +352,8 @@ def bench(
     summary = {
         "out": str(out_dir), "runs": score.runs, "new": len(jobs), "skipped": total - len(jobs),
         "statuses": score.statuses, "correct": score.correct, "fast_1": score.fast_1,
-        "geomean_eager_x": score.geomean_eager_x, "budget": meta["budget"], "awaiting_reply": len(held), **done,
+        "geomean_eager_x": score.geomean_eager_x, "budget": meta["budget"], "awaiting_reply": len(held),
+        **done,
     }  # fmt: skip
     waiting = awaiting_line(held)
     spent = budget.exhausted(not_run, results.rows)

@@ -100,7 +100,8 @@ def render(result: EvalResult, candidate: str, task_key: str) -> None:
             f"eager {_fmt_us(result.ref_eager_us)}, torch.compile {_fmt_us(result.ref_compile_us)}  [{where}]"
         )
         console.print(
-            f"speedup vs eager {_fmt_x(result.speedup_eager_x)}, vs torch.compile {_fmt_x(result.speedup_compile_x)}"
+            f"speedup vs eager {_fmt_x(result.speedup_eager_x)}, "
+            f"vs torch.compile {_fmt_x(result.speedup_compile_x)}"
             + (f"; speed-of-light floor {_fmt_us(result.sol_us)}" if result.sol_us else "")
             + (" [red](flagged)[/]" if result.sol_flagged else "")
         )
@@ -109,7 +110,8 @@ def render(result: EvalResult, candidate: str, task_key: str) -> None:
     gpu = f"{result.gpu_name} ({result.gpu_arch})" if result.gpu_name else result.gpu_arch or result.device
     console.print(
         f"[dim]{gpu}, torch {result.torch_version}, policy {result.precision_policy.value}, "
-        f"rtol {result.rtol:g} atol {result.atol:g}, compile {result.compile_s or 0:.2f} s, wall {result.wall_s or 0:.1f} s[/]"
+        f"rtol {result.rtol:g} atol {result.atol:g}, compile {result.compile_s or 0:.2f} s, "
+        f"wall {result.wall_s or 0:.1f} s[/]"
     )
 
 

@@ -194,7 +194,8 @@ def suggest_cmd(
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.pass_context
 def export_cmd(ctx: click.Context, file: Path) -> None:
-    """Write the memory bank to FILE (JSON Lines; gzip-compressed when FILE ends in .gz) and FILE.manifest.json."""
+    """Write the memory bank to FILE (JSON Lines; gzip-compressed when FILE ends in .gz) and
+    FILE.manifest.json."""
     store = _open(ctx)
     try:
         manifest = bank.export_bank(store, file)
@@ -212,7 +213,8 @@ def export_cmd(ctx: click.Context, file: Path) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.pass_context
 def import_cmd(ctx: click.Context, file: Path) -> None:
-    """Merge the memory bank FILE (+ FILE.manifest.json; FILE may end in .gz) into the graph; re-importing is a no-op."""
+    """Merge the memory bank FILE (+ FILE.manifest.json; FILE may end in .gz) into the graph; re-importing is
+    a no-op."""
     store = _open(ctx)
     try:
         counts = bank.import_bank(store, file)

@@ -22,7 +22,8 @@ _PHASES = {"generating": "waiting for the model", "evaluating": "evaluating"}
 
 
 class StepProgress:
-    """Use as a context manager around one run; pass `phase` as the loop's `on_phase`, `step` after each step."""
+    """Use as a context manager around one run; pass `phase` as the loop's `on_phase`, `step` after each
+    step."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

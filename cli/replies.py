@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from htam_graph.cli.backends import LLMFlags
+from htam_graph.generators import LLMFlags
 
 __all__ = ["awaiting_line", "courier_for"]
 

@@ -18,7 +18,8 @@ def report(dirs: tuple[Path, ...], out: Path | None) -> None:
     """Tables (Markdown, CSV, JSON), figures (PNG) and one self-contained report.html for a bench folder
     written by `htam-graph bench`. With several folders, a comparison keyed by folder and policy: overall and
     per-level tables, best speedup by step on the runs they share, and which reaches the shared best first."""
-    from htam_graph.cli.reportlib import write_compare, write_report
+    from htam_graph.report.compare import write_compare
+    from htam_graph.report.writer import write_report
 
     if len(dirs) == 1:
         html = write_report(dirs[0], out)

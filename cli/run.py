@@ -13,18 +13,19 @@ from rich.console import Console
 from rich.markup import escape
 
 from htam_graph import memory
-from htam_graph.cli.backends import BACKEND_HELP, LLMFlags, llm_options, make_backend, run_generator
+from htam_graph.bench.runfiles import RunFiles, resume_run, run_config_record, summary_of
+from htam_graph.cli.backends import BACKEND_HELP, llm_options
 from htam_graph.cli.progress import StepProgress
 from htam_graph.cli.replies import awaiting_line, courier_for
-from htam_graph.cli.runfiles import RunFiles, resume_run, run_config_record, step_row
 from htam_graph.cli.tasksel import resolve_task
 from htam_graph.errors import BackendError, ConfigError
+from htam_graph.generators import LLMFlags, make_backend, run_generator
 from htam_graph.loop import POLICIES, OptimizationLoop, RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, Task
 from htam_graph.ports import Evaluator, Generator, GraphStore
 from htam_graph.settings import Settings
 
-__all__ = ["RunFiles", "gpu_name", "make_backend", "pick_device", "run", "step_row", "summary_of"]
+__all__ = ["gpu_name", "pick_device", "run"]
 
 
 def pick_device(device: str) -> Device:
@@ -46,43 +47,6 @@ def gpu_name(device: Device) -> str:
     import torch
 
     return str(torch.cuda.get_device_name(0))
-
-
-def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> dict[str, Any]:
-    best = result.best_result
-    env = best or result.first_result
-    return {
-        "task": result.task_key,
-        "run_key": result.run_key,
-        "backend": backend,
-        "model": model,
-        "policy": cfg.policy,
-        "steps": cfg.steps,
-        "device": cfg.device,
-        "shape": cfg.shape,
-        "seed": cfg.seed,
-        "precision_policy": cfg.precision_policy.value,
-        "best_is_reference": result.best_is_reference,
-        "best_step": result.best_step,
-        "best_speedup_eager_x": result.best_speedup_x if not result.best_is_reference else 1.0,
-        "best_speedup_compile_x": result.best_speedup_compile_x,
-        "best_runtime_us": best.runtime_us if best else None,
-        "ref_eager_us": best.ref_eager_us if best else result.ref_eager_us,
-        "ref_compile_us": result.ref_compile_us,
-        "sol_us": best.sol_us if best else None,
-        "gpu_name": env.gpu_name if env else None,
-        "torch_version": env.torch_version if env else None,
-        "timing_on_cpu": env.timing_on_cpu if env else None,
-        "rtol": env.rtol if env else None,
-        "atol": env.atol if env else None,
-        "scaled_atol": best.scaled_atol if best else None,
-        "compile_failures": sum(1 for s in result.steps if s.result is not None and not s.result.compiled),
-        "correct_steps": sum(1 for s in result.steps if s.status != "failed"),
-        "usage": result.usage.model_dump(),
-        "stopped_reason": result.stopped_reason,
-        "confirmation": result.confirmation,
-        "awaiting_step": result.pending.step if result.pending else None,
-    }
 
 
 @dataclass

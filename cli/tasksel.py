@@ -1,4 +1,5 @@
-"""Resolving what a user names on the command line as a task: a task key, a KernelBench file, or a user file."""
+"""Resolving what a user names on the command line as a task: a task key, a KernelBench file, or a user
+file."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from htam_graph.ports import GraphStore
 
 
 def resolve_task(store: GraphStore | None, spec: str) -> Task:
-    """A Robust-KBench task folder is imported (see `importers.robust_kbench`); a path to a `.py` file is parsed (and recorded in the graph when a store is given); anything else is a
-    task key looked up in the graph. Raises TaskError with one line when neither works."""
+    """A Robust-KBench task folder is imported (see `importers.robust_kbench`); a path to a `.py` file is
+    parsed (and recorded in the graph when a store is given); anything else is a task key looked up in the
+    graph. Raises TaskError with one line when neither works."""
     path = Path(spec)
     root = robust_kbench_root(path) if path.exists() else None
     if root is not None:

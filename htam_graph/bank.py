@@ -8,9 +8,9 @@ Format (version 1), for `export_bank(store, "bank.jsonl")`:
   Lines are sorted (label order, then key), so one graph always exports the same bytes up to `created_ms`.
 - `bank.jsonl.manifest.json`: format version, graph schema version, counts per label and relationship type,
   line count, sha256 of the jsonl, producing tool and version, created_ms.
-- A path ending in `.gz` (`bank.jsonl.gz`, manifest `bank.jsonl.gz.manifest.json`) is the same jsonl gzip-compressed
-  (deterministic: no name or time in the gzip header). The manifest's sha256 and line count are of the
-  uncompressed lines, so a bank has the same sha256 compressed or not.
+- A path ending in `.gz` (`bank.jsonl.gz`, manifest `bank.jsonl.gz.manifest.json`) is the same jsonl
+  gzip-compressed (deterministic: no name or time in the gzip header). The manifest's sha256 and line count
+  are of the uncompressed lines, so a bank has the same sha256 compressed or not.
 
 Import validates the whole file against the manifest before writing anything (one `BankFormatError` line on
 any problem), then MERGEs the static nodes on key (existing properties win), the seed's prior transitions
@@ -164,7 +164,8 @@ def _is_gzip(path: Path) -> bool:
 
 
 def _writer(path: Path, raw: Any) -> Any:
-    """`raw` itself, or a gzip stream over it when `path` ends in .gz (no file name or mtime in the header)."""
+    """`raw` itself, or a gzip stream over it when `path` ends in .gz (no file name or mtime in the
+    header)."""
     if _is_gzip(path):
         return gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
     return contextlib.nullcontext(raw)
@@ -242,8 +243,8 @@ def import_bank(store: GraphStore, path: Path) -> ImportCounts:
         and manifest.schema_version > store_schema
     ):
         raise BankFormatError(
-            f"{path}: bank schema version {manifest.schema_version} is newer than this graph's {store_schema}; "
-            "upgrade htam-graph"
+            f"{path}: bank schema version {manifest.schema_version} is newer than "
+            f"this graph's {store_schema}; upgrade htam-graph"
         )
     memory.check_keys(  # attempts may name globals/locals the file lacks but the graph holds
         store,

@@ -1,10 +1,10 @@
 """Confirmation of the kernel a run returns: a second, independent evaluation on fresh seeds.
 
-Five trials can let a kernel at the edge of the tolerance through by luck (H200: level2/18's reduce-before-linear
-kernel passed 1 of its 5 evaluations at 1e-4). Before a run returns a kernel it is evaluated again with
-`confirm_trials` trials on seeds no step used; if it fails, the next fastest correct step is tried (up to 3
-kernels), else the run returns the reference. `RunResult.confirmation` says what happened; the loop records each
-failed confirmation as a failed attempt (negative evidence for the strategy).
+Five trials can let a kernel at the edge of the tolerance through by luck (H200: level2/18's
+reduce-before-linear kernel passed 1 of its 5 evaluations at 1e-4). Before a run returns a kernel it is
+evaluated again with `confirm_trials` trials on seeds no step used; if it fails, the next fastest correct step
+is tried (up to 3 kernels), else the run returns the reference. `RunResult.confirmation` says what happened;
+the loop records each failed confirmation as a failed attempt (negative evidence for the strategy).
 """
 
 from __future__ import annotations

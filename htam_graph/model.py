@@ -179,9 +179,9 @@ class EvalResult(_Frozen):
     # The task's reference output is degenerate (near-constant, ~zero, input-independent or an input echoed):
     # a correct candidate proves little there, so wins on it must not be counted (evaluation.md pitfall 9).
     task_degenerate: bool = False
-    # The reference output was within tolerance of zeros or a constant, so every comparison used atol scaled to
-    # the output (atol x max|reference| per output, kernels_runtime/tinyout.py): the largest absolute tolerance
-    # so applied. None: the request's tolerance (`atol`) was used.
+    # The reference output was within tolerance of zeros or a constant, so every comparison used atol
+    # scaled to the output (atol x max|reference| per output, kernels_runtime/tinyout.py): the largest
+    # absolute tolerance so applied. None: the request's tolerance (`atol`) was used.
     scaled_atol: float | None = None
 
 

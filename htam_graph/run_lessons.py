@@ -1,21 +1,21 @@
 """What one run learns from its own failed steps, for the rest of that run (the memory learns across runs).
 
 On tasks outside the dev split the loop spent all six steps of a run on strategies that failed with the same
-runtime error (`AttributeError: 'ModelNew' object has no attribute '_tensor_constant0'`): each step's failure was
-recorded as negative evidence, but one negative attempt barely moves a strategy's upper-confidence value. So:
+runtime error (`AttributeError: 'ModelNew' object has no attribute '_tensor_constant0'`): each step's failure
+was recorded as negative evidence, but one negative attempt barely moves a strategy's upper-confidence value.
+So:
 
 - A failed step's *error class* is its error kind, with the exception type for compile and runtime errors
   (`runtime_error:AttributeError`). Infrastructure failures have none: they are not the strategy's failure.
-- When a class occurs a second time in the run, every local strategy that failed with it is *demoted* for the rest
-  of the run: its penalty is the number of its failures in repeated classes. The loop then chooses among the
-  least penalised local strategies of a direction, and draws a direction all of whose strategies are penalised
-  only when no other allowed direction has an unpenalised one. The attempts themselves are recorded as any
-  failure is: negative evidence for their strategy.
+- When a class occurs a second time in the run, every local strategy that failed with it is *demoted* for the
+  rest of the run: its penalty is the number of its failures in repeated classes. The loop then chooses among
+  the least penalised local strategies of a direction, and draws a direction all of whose strategies are
+  penalised only when no other allowed direction has an unpenalised one. The attempts themselves are recorded
+  as any failure is: negative evidence for their strategy.
 - With a deterministic generator (the offline rules), a step whose candidate raised (no code, a compile or
-  runtime error, a crash) *bans* its strategy for the rest of the run while the inputs it was generated from are
-  the same (the task is fixed; the base kernel, the run's best so far, may change): the same recipe on the same
-  inputs would raise again.
-"""
+  runtime error, a crash) *bans* its strategy for the rest of the run while the inputs it was generated from
+  are the same (the task is fixed; the base kernel, the run's best so far, may change): the same recipe on the
+  same inputs would raise again."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def error_class(kind: ErrorKind | None, excerpt: str) -> str | None:
 
 
 def inputs_digest(base_source: str) -> str:
-    """What a deterministic generator's candidate depends on within one run: the base kernel it starts from."""
+    """What a deterministic generator's candidate depends on within one run: the base kernel it starts
+    from."""
     return hashlib.sha256(base_source.encode()).hexdigest()
 
 

@@ -102,7 +102,8 @@ def load_seed(path: Path | None = None) -> SeedMemory:
 
 
 def seed_sha256(path: Path | None = None) -> str:
-    """Hex SHA-256 of the seed file's bytes (default: the packaged file), to record which seed a graph used."""
+    """Hex SHA-256 of the seed file's bytes (default: the packaged file), to record which seed a graph
+    used."""
     source = default_seed_path() if path is None else path
     return hashlib.sha256(_read_bytes(source, str(source))).hexdigest()
 

@@ -5,7 +5,8 @@ Parsing is static (`ast`): nothing in a task file runs at import time. A file is
 
 Keys:
 * a file in a `levelN` folder: `<suite>/levelN/<stem>`, where the suite is the name of the folder holding the
-  level folders, lower-cased (`/src/KernelBench/KernelBench/level1/19_ReLU.py` → `kernelbench/level1/19_ReLU`);
+  level folders, lower-cased (`/src/KernelBench/KernelBench/level1/19_ReLU.py` →
+  `kernelbench/level1/19_ReLU`);
 * any other single file: `user/<stem>` (suite `user`, no level).
 """
 

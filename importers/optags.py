@@ -1,9 +1,9 @@
 """Op tags of a KernelBench-form task, by static analysis (`ast`) of `Model` and the code it reaches.
 
 Nothing is executed. The analysis starts at the `Model` class and follows the module-level classes and
-functions it names (ResNet's `Bottleneck`, a helper `_ntuple`...). Module constructors (`nn.Conv2d(...)`) count
-wherever they appear; function calls and arithmetic count only outside `__init__` (there they build constant
-buffers, not the computation). Tags come from one fixed vocabulary, `VOCABULARY`.
+functions it names (ResNet's `Bottleneck`, a helper `_ntuple`...). Module constructors (`nn.Conv2d(...)`)
+count wherever they appear; function calls and arithmetic count only outside `__init__` (there they build
+constant buffers, not the computation). Tags come from one fixed vocabulary, `VOCABULARY`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Imports Robust-KBench task folders: `func_forward.py` + `config_forward.json` → KernelBench-form tasks.
 
-A Robust-KBench task folder holds `func_forward.py` (a functional `forward_fn`, a `Model` whose forward calls it,
-and `get_inputs` taking keyword sizes) and `config_forward.json` (lists of input, init and shared
+A Robust-KBench task folder holds `func_forward.py` (a functional `forward_fn`, a `Model` whose forward calls
+it, and `get_inputs` taking keyword sizes) and `config_forward.json` (lists of input, init and shared
 configurations, each a `single_*` and a `multi_*` list). A folder holding either file is a task folder; any
 folder below the import path is searched. Parsing is static: nothing of the task runs here.
 
@@ -61,7 +61,8 @@ def is_task_dir(path: Path) -> bool:
 
 
 def discover(path: Path) -> list[Path]:
-    """Task folders at or below `path` (sorted; hidden folders skipped). Raises TaskError when `path` is missing."""
+    """Task folders at or below `path` (sorted; hidden folders skipped). Raises TaskError when `path` is
+    missing."""
     if not path.exists():
         raise TaskError(f"no such file or folder: {path}")
     if not path.is_dir():
@@ -77,7 +78,8 @@ def holds_tasks(path: Path) -> bool:
 
 # ------------------------------------------------------------------------------------------- config file
 def _config_list(data: dict[str, Any], prefix: str, kind: str) -> list[dict[str, Scalar | list[int]]]:
-    """One list; a missing multi list is its single list, a missing single list the multi list's first entry."""
+    """One list; a missing multi list is its single list, a missing single list the multi list's first
+    entry."""
     name = f"{prefix}_{kind}_configs"
     other = f"{'multi' if prefix == 'single' else 'single'}_{kind}_configs"
     if name in data:
@@ -201,7 +203,8 @@ def _is_int(value: Any) -> bool:
 
 def _options(configs: list[tuple[str, _Config]]) -> dict[str, list[Any]]:
     """Keys that cannot be integer constants (a string, a float, a bool, None, or int lists of differing
-    lengths), each with its distinct values in order of first use. The other keys are int / int-list constants."""
+    lengths), each with its distinct values in order of first use. The other keys are int / int-list
+    constants."""
     values: dict[str, list[Any]] = {}
     for _, config in configs:
         for key, value in config.values.items():
@@ -290,7 +293,8 @@ def source_block(tree: ast.Module, configs: list[tuple[str, _Config]]) -> str:
         "",
         "",
         "# ---- htam-graph: Robust-KBench configurations (generated from config_forward.json) ----",
-        "# The constants below are the default configuration (timed). A candidate must also be correct at every",
+        "# The constants below are the default configuration (timed). "
+        "A candidate must also be correct at every",
         "# configuration in HTAM_TASK_VARIANTS (each overrides these constants; checked by the evaluator).",
     ]
     defaults = _overrides(default, options)
@@ -338,7 +342,8 @@ def _display(folder: Path, root: Path) -> str:
 
 
 def parse_task_dir(folder: Path, root: Path | None = None) -> Task | SkipReason:
-    """One task folder → a `Task` (its source: the original plus the generated block), or why it is not one."""
+    """One task folder → a `Task` (its source: the original plus the generated block), or why it is not
+    one."""
     shown = _display(folder, root or folder)
     try:
         if not (folder / FUNC_FILE).is_file():

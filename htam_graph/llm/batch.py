@@ -211,8 +211,8 @@ class BatchCourier:
         deadline, pause = time.monotonic() + self.wait_s, 1.0
         while not self.client.ended(batch_id):
             if time.monotonic() >= deadline:
-                say(f"batch {batch_id} still running after {self.wait_s:g} s (--llm-timeout): run the same command "
-                    "again to collect it")  # fmt: skip
+                say(f"batch {batch_id} still running after {self.wait_s:g} s (--llm-timeout): "
+                    "run the same command again to collect it")  # fmt: skip
                 return False
             self.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, _POLL_MAX_S)
@@ -261,7 +261,8 @@ class BatchCourier:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         state_path.write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
         say(
-            f"batch {batch_id}: {len(prompts)} request(s) sent to {self.client.provider} ({self.client.model})"
+            f"batch {batch_id}: {len(prompts)} request(s) sent to "
+            f"{self.client.provider} ({self.client.model})"
         )
         return state
 

@@ -24,7 +24,8 @@ class RunTotals:
 
 
 class SpendLedger(Protocol):
-    """Dollars spent by several trackers together (a bench's shared budget; see cli/benchbudget.py)."""
+    """Dollars spent by several trackers together (a bench's shared budget; see
+    htam_graph/bench/budget.py)."""
 
     def spent_usd(self) -> float:
         """The total recorded by every participant so far."""

@@ -1,4 +1,5 @@
-"""Any program as the model (`--backend command:"CMD ..."`): the request on its stdin, the reply on its stdout.
+"""Any program as the model (`--backend command:"CMD ..."`): the request on its stdin, the reply on its
+stdout.
 
 The request is sent as text, its parts delimited by `<system>`, `<memory>` and `<user>` tags (see
 `pending.prompt_as_text`), or as one JSON object with `--command-json`:

@@ -69,7 +69,8 @@ def extract_code(text: str) -> ExtractResult:
 
 def named_strategy(text: str) -> str | None:
     """The key on the reply's first `STRATEGY:` line outside reasoning and code blocks, as written; "none"
-    when the model says no strategy applies; None without such a line (or when the reply is only reasoning)."""
+    when the model says no strategy applies; None without such a line (or when the reply is only
+    reasoning)."""
     visible = strip_reasoning(text.replace("\r\n", "\n"))
     if visible is None:
         return None

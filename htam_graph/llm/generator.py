@@ -22,7 +22,8 @@ from htam_graph.model import GenerationReply, GenerationRequest, Usage
 
 log = logging.getLogger(__name__)
 
-# Stop reasons of a reply cut off at the output-token limit (Anthropic, OpenAI / vLLM, OpenAI Responses, Gemini).
+# Stop reasons of a reply cut off at the output-token limit (Anthropic, OpenAI / vLLM, OpenAI Responses,
+# Gemini).
 TRUNCATED = frozenset({"max_tokens", "length", "max_output_tokens", "MAX_TOKENS"})
 
 
@@ -119,7 +120,8 @@ def reply_from_text(
     attempts: int = 1,
 ) -> GenerationReply:
     """A model's raw reply read as a `GenerationReply`: the code, the named strategy, how the code was found
-    (or why none was) and whether the reply was cut off at the token limit (flagged even when the code parses)."""
+    (or why none was) and whether the reply was cut off at the token limit (flagged even when the code
+    parses)."""
     result = extract_code(text)
     truncated = stop_reason in TRUNCATED
     error = None

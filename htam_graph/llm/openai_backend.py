@@ -55,7 +55,8 @@ class OpenAIChatClient:
     def request_params(self, prompt: RenderedPrompt) -> dict[str, Any]:
         """The keyword arguments of `chat.completions.create` for `prompt`."""
         system = prompt.system + ("\n\n" + prompt.memory if prompt.memory else "")
-        # OpenAI's own API wants max_completion_tokens for reasoning models; compatible servers take max_tokens.
+        # OpenAI's own API wants max_completion_tokens for reasoning models; compatible servers take
+        # max_tokens.
         limit_key = (
             "max_completion_tokens" if urlparse(self.base_url).hostname == "api.openai.com" else "max_tokens"
         )

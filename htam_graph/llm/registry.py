@@ -1,8 +1,9 @@
 """Build a `Generator` from a backend spec: `anthropic[:MODEL]`, `openai:MODEL`, `llm:MODEL`, `command:CMD`,
 `files`, `batch:anthropic[:MODEL]`, `batch:openai:MODEL`, `replay:FILE`.
 
-Every backend is a factory in one registry (tests register the scripted fake through the same path).
-The offline `rules` generator lives in `htam_graph.rules` and is composed by the CLI, not here.
+Every backend is a factory in one registry, the one way a generator is built from a `--backend` spec: the
+offline `rules` generator (`htam_graph.rules`, which this package does not import) is registered in it by the
+composition module `htam_graph.generators`, and tests register the scripted fake through the same path.
 `files` and `batch:*` never answer at once: their requests are awaited (`AwaitingReply`); for `batch:*` the
 CLI sends every awaited request of a bench as one batch job (`batch.py`).
 
@@ -37,6 +38,7 @@ from htam_graph.llm.openai_backend import OpenAIChatClient, default_base_url
 from htam_graph.llm.pricing import Price, lookup_price
 from htam_graph.llm.replay import RecordingGenerator, ReplayGenerator
 from htam_graph.llm.retry import RetryPolicy
+from htam_graph.model import PrecisionPolicy
 from htam_graph.ports import Generator
 
 
@@ -57,6 +59,11 @@ class BackendOptions:
     temperature: float | None = None
     templates_dir: Path | None = None
     command_json: bool = False  # command: send the request as JSON instead of text
+    # rules: which recipes are executable (the precision track's only under a non-strict policy)
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
+    # rules: the launch-configuration cache (None: remembered in this process only)
+    autotune_dir: Path | None = None
+    device_name: str = ""  # rules: the GPU the autotune cache is keyed by ("" on the CPU)
 
 
 BackendFactory = Callable[[BackendOptions], Generator]
@@ -95,10 +102,14 @@ def make_generator(
     templates_dir: Path | None = None,
     record_path: Path | None = None,
     command_json: bool = False,
+    precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT,
+    autotune_dir: Path | None = None,
+    device_name: str = "",
 ) -> Generator:
     """Build the generator named by `spec`; with `record_path`, every reply is also appended there.
 
-    Raises `BackendError` (one line) for an unknown backend, a missing key or an unpriced model under a budget.
+    Raises `BackendError` (one line) for an unknown backend, a missing key or an unpriced model under a
+    budget.
     """
     name, _, argument = spec.strip().partition(":")
     factory = _REGISTRY.get(name)
@@ -118,6 +129,9 @@ def make_generator(
         temperature=temperature,
         templates_dir=templates_dir,
         command_json=command_json,
+        precision_policy=precision_policy,
+        autotune_dir=autotune_dir,
+        device_name=device_name,
     )
     generator = factory(options)
     return RecordingGenerator(generator, record_path) if record_path is not None else generator

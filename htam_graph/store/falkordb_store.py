@@ -1,8 +1,8 @@
 """`GraphStore` on the embedded FalkorDB, over its unix socket with the `falkordb` client (RESP).
 
 Known engine behaviour callers must respect (pinned by tests/integration/test_store_falkordb_traps.py):
-two consecutive SET clauses need a WITH barrier, batches must be pre-aggregated per key, sum() of integers is a
-float, and doubles come back to the client with 15 significant digits (stored values keep full precision).
+two consecutive SET clauses need a WITH barrier, batches must be pre-aggregated per key, sum() of integers is
+a float, and doubles come back to the client with 15 significant digits (stored values keep full precision).
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ class FalkorDBStore:
         return self._execute(text, values, what="statement")[1]
 
     def schema_version(self) -> int | None:
-        """The recorded schema version, or None for a graph never migrated (a missing graph is not created)."""
+        """The recorded schema version, or None for a graph never migrated (a missing graph is not
+        created)."""
         if self.graph_name not in self.graph_names():
             return None  # any GRAPH.QUERY, even a MATCH, would create the graph
         rows = self.run("schema_version_get")
@@ -194,7 +195,8 @@ class FalkorDBStore:
             failed = sorted(label for label, s in status.items() if s == "FAILED")
             if failed:
                 raise StoreError(
-                    f"unique key constraint failed on {failed} in graph {self.graph_name!r}: duplicate keys exist"
+                    f"unique key constraint failed on {failed} in graph {self.graph_name!r}: "
+                    "duplicate keys exist"
                 )
             missing = [label for label in schema.KEYED_LABELS if status.get(label) != "OPERATIONAL"]
             if not missing:

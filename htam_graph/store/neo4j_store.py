@@ -2,8 +2,8 @@
 
 Every statement goes through `driver.execute_query`, which runs it in a managed transaction and retries
 transient failures (deadlocks, leader switches). Reads are routed to readers, writes to the leader.
-Connection failures become one line (`cannot reach Neo4j at bolt://h:7687: connection refused`); the password is
-never part of any message.
+Connection failures become one line (`cannot reach Neo4j at bolt://h:7687: connection refused`); the password
+is never part of any message.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ def target_version(dialect: Dialect) -> int:
 
 
 def check_not_newer(stored: int | None, target: int, location: str) -> None:
-    """Refuse a graph written by a newer htam-graph (its schema may mean things this version does not know)."""
+    """Refuse a graph written by a newer htam-graph (its schema may mean things this version does not
+    know)."""
     if stored is not None and stored > target:
         raise StoreError(
             f"the graph at {location} has schema version {stored}, newer than this htam-graph supports "

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from htam_graph.cli.reportdata import load_bench, seed_table, summary_table
-from htam_graph.cli.reportlib import write_compare, write_report
+from htam_graph.report.compare import write_compare
+from htam_graph.report.data import load_bench, seed_table, summary_table
+from htam_graph.report.writer import write_report
 
 
 def result(task: str, eager: float, runtime: float, precision: str | None) -> dict[str, Any]:

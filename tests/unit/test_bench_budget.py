@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from htam_graph.cli.benchbudget import BUDGET_FILE, BenchBudget, FileLedger
-from htam_graph.cli.benchrun import ResultsLog, drive
+from htam_graph.bench.budget import BUDGET_FILE, BenchBudget, FileLedger
+from htam_graph.bench.engine import ResultsLog, drive
 from htam_graph.errors import BudgetExceeded
 from htam_graph.llm.budget import BudgetTracker
 from htam_graph.model import Usage

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from htam_graph.cli.benchjob import Job
-from htam_graph.cli.benchrun import (
+from htam_graph.bench.engine import (
     BenchSpec,
     ResultsLog,
     Score,
@@ -20,7 +19,8 @@ from htam_graph.cli.benchrun import (
     plan_jobs,
     resolve_selectors,
 )
-from htam_graph.cli.executors import LocalExecutor
+from htam_graph.bench.executors import LocalExecutor
+from htam_graph.bench.job import Job
 from htam_graph.errors import ConfigError, TaskError
 from htam_graph.model import Language, PrecisionPolicy, Task
 from htam_graph.settings import Settings
@@ -274,7 +274,7 @@ def _step(n: int, status: str, eval_: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def test_row_of_a_run_returning_the_reference_has_compile_over_eager(tmp_path: Path) -> None:
-    from htam_graph.cli.benchjob import result_row
+    from htam_graph.bench.job import result_row
     from htam_graph.loop import RunResult
 
     steps = [
@@ -295,7 +295,7 @@ def test_row_of_a_run_returning_the_reference_has_compile_over_eager(tmp_path: P
 
 
 def test_failure_row_keeps_the_steps_done_before_the_kill(tmp_path: Path) -> None:
-    from htam_graph.cli.benchjob import failure_row
+    from htam_graph.bench.job import failure_row
 
     job = _job(tmp_path)
     job.run_dir.mkdir(parents=True)

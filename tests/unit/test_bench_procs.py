@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from htam_graph.cli.executors import descendants, kill_tree
+from htam_graph.bench.executors import descendants, kill_tree
 from htam_graph.kernels_runtime import gpulock
 
 

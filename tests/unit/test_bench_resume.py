@@ -1,4 +1,4 @@
-"""Reading a cut run's steps back from its folder (cli/benchresume.py) and keeping them for the restarted job."""
+"""Reading a cut run's steps back from its folder (htam_graph/bench/resume.py) and keeping them for the restarted job."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.cli.benchresume import load_resume
-from htam_graph.cli.executors import _clear_run_dir
-from htam_graph.cli.run import RunFiles
+from htam_graph.bench.executors import _clear_run_dir
+from htam_graph.bench.resume import load_resume
+from htam_graph.bench.runfiles import RunFiles
 from htam_graph.model import ErrorKind, EvalResult, Usage
 from htam_graph.runtypes import StepOutcome
 

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from htam_graph.cli import reportdata as rd
-from htam_graph.cli.reporthtml import md_table
-from htam_graph.cli.reportlib import _cell, fmt, warnings_for
+from htam_graph.report import data as rd
+from htam_graph.report.render import md_table
+from htam_graph.report.writer import _cell, fmt, warnings_for
 
 
 def base(**kw: object) -> dict[str, object]:

@@ -133,7 +133,7 @@ def test_the_scope_enables_tf32_inside_and_restores_the_switch() -> None:
 
 
 def test_run_backend_hook_follows_the_precision_policy() -> None:
-    from htam_graph.cli.run import make_backend
+    from htam_graph.generators import make_backend
 
     _, _, relaxed = make_backend("rules", None, None, precision_policy=TF32)
     _, _, strict = make_backend("rules", None, None)

@@ -1,9 +1,9 @@
 """The bench engine: which runs to do, resuming from `results.jsonl`, `bench.json`, and the running score.
 
 The folder contract is `notes/BENCH_FORMAT.md` (shared with `htam-graph report`). Only this process writes
-`results.jsonl`: workers return rows, the engine appends each as one fsynced line when its run ends, so a crash
-or Ctrl-C loses at most the runs in flight, and a re-run skips every (task, policy, seed) already there. A
-folder holding a bench of another configuration is refused rather than mixed.
+`results.jsonl`: workers return rows, the engine appends each as one fsynced line when its run ends, so a
+crash or Ctrl-C loses at most the runs in flight, and a re-run skips every (task, policy, seed) already there.
+A folder holding a bench of another configuration is refused rather than mixed.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from htam_graph.cli.backends import LLMFlags
-from htam_graph.cli.benchbudget import BUDGET_FILE
-from htam_graph.cli.benchjob import AWAITING, Job, run_dir_name
+from htam_graph.bench.budget import BUDGET_FILE
+from htam_graph.bench.job import AWAITING, Job, run_dir_name
 from htam_graph.errors import ConfigError, TaskError
+from htam_graph.generators import LLMFlags
 from htam_graph.importers.formats import scan_path
 from htam_graph.importers.tasks_store import get_task, list_tasks, record_tasks
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
@@ -130,9 +130,10 @@ def _select_one(store: GraphStore, selector: str, keys: list[str]) -> list[str]:
 
 
 def resolve_selectors(store: GraphStore, selectors: Sequence[str]) -> list[Task]:
-    """The tasks named by SELECTORs, in order, without repeats. A selector is a task key, a glob over task keys
-    (`kernelbench/level1/2*`), a key prefix such as a level (`kernelbench/level2`), or a KernelBench folder or
-    `.py` file or a Robust-KBench checkout or task folder (imported into the graph first). Raises TaskError (one line) for a selector matching nothing."""
+    """The tasks named by SELECTORs, in order, without repeats. A selector is a task key, a glob over task
+    keys (`kernelbench/level1/2*`), a key prefix such as a level (`kernelbench/level2`), or a KernelBench
+    folder or `.py` file or a Robust-KBench checkout or task folder (imported into the graph first). Raises
+    TaskError (one line) for a selector matching nothing."""
     keys = [t.key for t in list_tasks(store)]
     chosen: dict[str, None] = {}
     for selector in selectors:
@@ -220,7 +221,8 @@ class ResultsLog:
 # ------------------------------------------------------------------------------------------ score
 @dataclass(frozen=True)
 class Score:
-    """The running numbers shown while a bench runs (the report's definitions, see reportdata.py)."""
+    """The running numbers shown while a bench runs (the report's definitions, see
+    htam_graph/report/data.py)."""
 
     runs: int
     correct: float  # share of runs in which some candidate passed every check
@@ -319,8 +321,8 @@ def drive(
     `may_start` is asked before each new run (the shared budget): once it says no, no run starts and the
     ones in flight finish. Returns how many jobs did not run: never started, or stopped by the budget before
     their first step (status `budget`; not recorded, so a resume runs them). A run that stopped awaiting a
-    reply (status `awaiting_reply`) is not recorded either: its row goes to `on_held`, and a resume continues it.
-    On any exit other than completion (Ctrl-C, an error) the runs in flight are killed, not recorded."""
+    reply (status `awaiting_reply`) is not recorded either: its row goes to `on_held`, and a resume continues
+    it. On any exit other than completion (Ctrl-C, an error) the runs in flight are killed, not recorded."""
     pending = collections.deque(jobs)
     not_run = 0
     try:

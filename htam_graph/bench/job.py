@@ -2,9 +2,10 @@
 
 The worker (`child_main`, started by `executors.py` as `python -c ...` in a new session) reads a pickled `Job`
 from stdin, runs the loop with the same helpers as `htam-graph run` (backend, `RunFiles`, `summary_of`), and
-writes one results row (BENCH_FORMAT.md) atomically to `job.row_path`. Everything it learns goes into the shared
-graph as it happens (each step's attempt is recorded by the loop), so later jobs benefit even if this one is
-killed. A job that ends without a row (killed by the task timeout, crashed) gets a row from `failure_row`.
+writes one results row (BENCH_FORMAT.md) atomically to `job.row_path`. Everything it learns goes into the
+shared graph as it happens (each step's attempt is recorded by the loop), so later jobs benefit even if this
+one is killed. A job that ends without a row (killed by the task timeout, crashed) gets a row from
+`failure_row`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from htam_graph.cli.backends import LLMFlags
 from htam_graph.errors import BudgetExceeded
+from htam_graph.generators import LLMFlags
 from htam_graph.loop import RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
 from htam_graph.settings import Settings
@@ -104,11 +105,10 @@ def run_dir_name(task_key: str, policy: str, seed: int) -> Path:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Run the loop for one job in this process; return its results row (status done or error)."""
-    from htam_graph.cli.backends import make_backend, run_generator
-    from htam_graph.cli.benchbudget import FileLedger
-    from htam_graph.cli.benchresume import load_resume
-    from htam_graph.cli.run import summary_of
-    from htam_graph.cli.runfiles import RunFiles
+    from htam_graph.bench.budget import FileLedger
+    from htam_graph.bench.resume import load_resume
+    from htam_graph.bench.runfiles import RunFiles, summary_of
+    from htam_graph.generators import make_backend, run_generator
     from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
     from htam_graph.loop import OptimizationLoop
     from htam_graph.store import store_session
@@ -160,7 +160,8 @@ def run_job(job: Job) -> dict[str, Any]:
         row.update(status=AWAITING, awaiting_reply=summary["awaiting_reply"])
     elif isinstance(result.backend_error, BudgetExceeded):
         # Stopped cleanly by the shared budget: its steps are real results (a run cut short, status done);
-        # a run stopped before its first step did nothing (status budget: the driver drops it, a resume redoes it).
+        # a run stopped before its first step did nothing (status budget: the driver drops it, a resume redoes
+        # it).
         status = "done" if result.steps else "budget"
         row.update(status=status, stopped_reason="budget", error=_one_line(str(result.backend_error)))
     elif result.backend_error is not None:
@@ -170,7 +171,7 @@ def run_job(job: Job) -> dict[str, Any]:
 
 def cfg_record(job: Job) -> dict[str, Any]:
     """The configuration a pending request of this job records (see `runfiles.run_config_record`)."""
-    from htam_graph.cli.runfiles import run_config_record
+    from htam_graph.bench.runfiles import run_config_record
 
     return run_config_record(job.run_config(), job.backend)
 

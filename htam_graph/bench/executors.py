@@ -1,17 +1,18 @@
 """Where bench jobs run: a pool of local worker processes, or tasks on a Ray cluster.
 
-Every job runs in its own worker process (`benchjob.child_main`) started in a new session, under a supervisor
+Every job runs in its own worker process (`job.child_main`) started in a new session, under a supervisor
 that enforces the per-task time limit. A worker that exceeds it gets SIGTERM (it unwinds, and the evaluator's
 `finally` kills the evaluation worker's process group, which is a session of its own), then, after a grace
 period, SIGKILL for every process of its tree seen in either snapshot and for their process groups. So a
 timed-out run leaves no compile or candidate process behind.
 
 - `LocalExecutor`: N slots on this machine; slot i evaluates on GPU `i % n_gpus` (`CUDA_VISIBLE_DEVICES`) when
-  several GPUs are visible. Timing stays serial per GPU through `kernels_runtime.gpulock` (`HTAM_GPU_LOCK_DIR`).
+  several GPUs are visible. Timing stays serial per GPU through `kernels_runtime.gpulock`
+  (`HTAM_GPU_LOCK_DIR`).
 - `RayExecutor`: one Ray task per job (`num_gpus=1` on CUDA), gathered with `ray.wait` as they finish. The Ray
   task runs the same supervisor on its node and returns the row plus the run's files, which the driver writes
-  under DIR/runs/. The graph must be reachable from every node: the embedded FalkorDB (unix socket) only serves
-  one machine; for several machines configure Neo4j (`NEO4J_URI`).
+  under DIR/runs/. The graph must be reachable from every node: the embedded FalkorDB (unix socket) only
+  serves one machine; for several machines configure Neo4j (`NEO4J_URI`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from htam_graph.cli.benchjob import Job, failure_row
-from htam_graph.cli.benchresume import KEPT_FOR_RESUME
+from htam_graph.bench.job import Job, failure_row
+from htam_graph.bench.resume import KEPT_FOR_RESUME
 from htam_graph.errors import ConfigError
 from htam_graph.kernels_runtime.gpulock import LOCK_DIR_ENV
 
@@ -47,7 +48,7 @@ __all__ = [
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL
 _POLL_S = 0.2
-_CHILD = "from htam_graph.cli.benchjob import child_main; child_main()"
+_CHILD = "from htam_graph.bench.job import child_main; child_main()"
 _ROW_FILE = ".row.json"
 _LOG_FILE = "worker.log"
 
@@ -144,7 +145,7 @@ class Supervised:
 
     def start(self) -> None:
         """Start the worker on the job's run folder. Of an interrupted earlier attempt only its trajectory and
-        candidates are kept, from which the worker resumes the run (benchresume.py); the rest is removed."""
+        candidates are kept, from which the worker resumes the run (resume.py); the rest is removed."""
         _clear_run_dir(self.job.run_dir)
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         with open(self.job.run_dir / _LOG_FILE, "wb") as log:
@@ -171,7 +172,10 @@ class Supervised:
         wall = time.monotonic() - self.started
         if self.task_timeout_s is not None and wall > self.task_timeout_s:
             kill_tree(self.proc, self.grace_s)
-            msg = f"the run exceeded --task-timeout {self.task_timeout_s:g} s; its worker process tree was killed"
+            msg = (
+                f"the run exceeded --task-timeout {self.task_timeout_s:g} s; "
+                "its worker process tree was killed"
+            )
             row: dict[str, Any] = failure_row(self.job, "timeout", msg, time.monotonic() - self.started)
             return row
         return None

@@ -1,20 +1,19 @@
 """`write_report(bench_dir)`: tables (Markdown, CSV, JSON), PNG figures and one self-contained HTML page for a
-bench folder, and `write_compare(dirs, out)` for several folders side by side.
+bench folder (`compare.py` puts several folders side by side with the helpers here).
 
-Numbers come from `reportdata` (definitions there, repeated in every report); figures from `reportplots`;
-Markdown and HTML assembly from `reporthtml`. pandas and matplotlib are imported lazily.
+Numbers come from `data` (definitions there, repeated in every report); figures from `plots`;
+Markdown and HTML assembly from `render`. pandas and matplotlib are imported lazily.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from htam_graph.cli import reportdata as rd
-from htam_graph.cli import reporthtml, reportplots
+from htam_graph.report import data as rd
+from htam_graph.report import plots, render
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +126,7 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     out = []
     if bench.config.get("synthetic"):
         out.append("SYNTHETIC DATA: these numbers were made up for tests and examples, not measured.")
-    out += _precision_warnings(rd.precision_tracks(bench.runs))
+    out += precision_warnings(rd.precision_tracks(bench.runs))
     cpu = int(bench.runs["timing_on_cpu"].sum())
     if cpu or str(bench.config.get("gpu_name", "")).lower() == "cpu":
         out.append(f"{cpu} run(s) were timed on the CPU: their speedups say nothing about GPU performance.")
@@ -146,8 +145,9 @@ def warnings_for(bench: rd.Bench) -> list[str]:
         tasks = ", ".join(sorted(bench.runs.loc[rewrite, "task"].astype(str)))
         out.append(
             f"{int(rewrite.sum())} run(s) beat the speed-of-light bound of the reference's own work with an "
-            f"algebraic rewrite that does less work ({tasks}): the bound is computed from the reference's FLOPs "
-            "and bytes, so a fraction above 1 is expected there; check the returned kernel's algebra, not the timing."
+            f"algebraic rewrite that does less work ({tasks}): the bound is computed from the reference's "
+            "FLOPs and bytes, so a fraction above 1 is expected there; check the returned kernel's algebra, "
+            "not the timing."
         )
     failed = bench.runs[~bench.runs["returned_correct"]]
     if len(failed):
@@ -157,23 +157,24 @@ def warnings_for(bench: rd.Bench) -> list[str]:
     return out
 
 
-def _precision_warnings(tracks: list[str]) -> list[str]:
+def precision_warnings(tracks: list[str]) -> list[str]:
     out = []
     relaxed = [t for t in tracks if t != rd.STRICT]
     if relaxed:
         out.append(
             f"PRECISION TRACK {', '.join(relaxed)}: reduced-precision math was allowed and checked at that "
-            "policy's tolerance; these numbers are a separate track, never comparable with fp32-strict results."
+            "policy's tolerance; these numbers are a separate track, "
+            "never comparable with fp32-strict results."
         )
     if len(tracks) > 1:
         out.append(
-            f"runs of several precision policies ({', '.join(tracks)}): the summary, seed and comparison tables "
-            "are split by them; the direction, strategy and transition tables and the figures are not."
+            f"runs of several precision policies ({', '.join(tracks)}): the summary, seed and comparison "
+            "tables are split by them; the direction, strategy and transition tables and the figures are not."
         )
     return out
 
 
-def _write_table(df: pd.DataFrame, folder: Path, stem: str) -> None:
+def write_table(df: pd.DataFrame, folder: Path, stem: str) -> None:
     df.to_csv(folder / f"{stem}.csv", index=False)
     records = json.loads(df.to_json(orient="records"))  # NaN -> null
     (folder / f"{stem}.json").write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
@@ -196,11 +197,11 @@ def write_report(bench_dir: Path, out: Path | None = None) -> Path:
         "runs": bench.runs,
     }
     for stem, df in tables.items():
-        _write_table(df, folder, stem)
+        write_table(df, folder, stem)
     figures = _figures(bench, tables["transitions"], folder)
     levels = rd.level_order(summary["level"])
     sections = [(f"level {lv}" if lv != rd.ALL else "all levels", side_by_side(summary, lv)) for lv in levels]
-    page = reporthtml.Page(
+    page = render.Page(
         title=f"htam-graph bench report: {bench.name}",
         header=header_items(bench),
         warnings=warnings_for(bench),
@@ -209,9 +210,9 @@ def write_report(bench_dir: Path, out: Path | None = None) -> Path:
         extra=_extra_tables(tables),
         figures=[(folder / name, caption) for name, caption in FIGURES if (folder / name) in figures],
     )
-    (folder / "report.md").write_text(reporthtml.markdown(page), encoding="utf-8")
+    (folder / "report.md").write_text(render.markdown(page), encoding="utf-8")
     html = folder / "report.html"
-    html.write_text(reporthtml.html(page), encoding="utf-8")
+    html.write_text(render.html(page), encoding="utf-8")
     return html
 
 
@@ -219,29 +220,29 @@ def _extra_tables(tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFra
     seeds = tables["seeds"]
     out = []
     if len(seeds) and int(seeds["seeds"].max()) > 1:
-        out.append(("Across seeds: mean and sample std of the per-seed values", _rounded(seeds)))
+        out.append(("Across seeds: mean and sample std of the per-seed values", rounded(seeds)))
     out += [
-        ("Directions (global keys) from the trajectories", _rounded(tables["directions"])),
-        ("Strategies (local keys) from the trajectories", _rounded(tables["strategies"])),
-        ("Transitions between directions from the trajectories", _rounded(tables["transitions"])),
+        ("Directions (global keys) from the trajectories", rounded(tables["directions"])),
+        ("Strategies (local keys) from the trajectories", rounded(tables["strategies"])),
+        ("Transitions between directions from the trajectories", rounded(tables["transitions"])),
     ]
     return out
 
 
-def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+def rounded(df: pd.DataFrame) -> pd.DataFrame:
     return df.round(4)
 
 
 def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Path]:
     made = {
-        reportplots.speedup_distribution(bench, folder / "speedup_distribution.png"),
-        reportplots.best_vs_step(bench, folder / "best_vs_step.png"),
-        reportplots.sol_fraction(bench, folder / "sol_fraction.png"),
+        plots.speedup_distribution(bench, folder / "speedup_distribution.png"),
+        plots.best_vs_step(bench, folder / "best_vs_step.png"),
+        plots.sol_fraction(bench, folder / "sol_fraction.png"),
     }
     if len(transitions):
         pooled = _pool_transitions(transitions)
         made.add(
-            reportplots.transition_heatmap(
+            plots.transition_heatmap(
                 pooled,
                 folder / "transition_heatmap.png",
                 "trajectories: mean gain of the step after a transition",
@@ -254,7 +255,7 @@ def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Pa
     )
     if bank_edges is not None and len(bank_edges):
         made.add(
-            reportplots.transition_heatmap(
+            plots.transition_heatmap(
                 bank_edges,
                 folder / "memory_transition_heatmap.png",
                 "exported memory bank: TRANSITION gain_sum / count (all GPU archs)",
@@ -299,173 +300,3 @@ def bank_transitions(folder: Path) -> pd.DataFrame | None:
         return pd.DataFrame(columns=["src", "dst", "count", "mean_gain"])
     g = pd.DataFrame(rows).groupby(["src", "dst"], sort=True)[["count", "gain_sum"]].sum().reset_index()
     return g.assign(mean_gain=g["gain_sum"] / g["count"])
-
-
-# ------------------------------------------------------------------------------------------------ compare
-COMPARE_COLUMNS = (
-    "correct_pct",
-    "fast_1",
-    "fast_1_compile",
-    "geomean_eager_x",
-    "median_eager_x",
-    "geomean_compile_x",
-)
-
-
-def compare_table(benches: Sequence[rd.Bench], level: str = rd.ALL) -> pd.DataFrame:
-    """One row per (bench folder, precision policy, policy), over all levels or one `level`; metrics are means
-    over seeds (std in *_std). Precision tracks are separate rows (fp32-strict first), never averaged together."""
-    import pandas as pd
-
-    rows = []
-    for bench in benches:
-        summary = rd.summary_table(bench.runs)
-        overall = summary[summary["level"] == level]
-        for track, policy in [
-            (t, p) for t in rd.precision_tracks(overall) for p in rd.policy_order(overall["policy"])
-        ]:
-            part = overall[(overall["policy"] == policy) & (overall["precision_policy"] == track)]
-            if not len(part):
-                continue
-            row: dict[str, Any] = {
-                "bench": bench.name,
-                "policy": policy,
-                "level": level,
-                "precision_policy": track,
-                "gpu": dict(header_items(bench))["GPU"],
-                "model": bench.config.get("model", "-"),
-                "seeds": len(part),
-                "tasks": int(part["tasks"].max()),
-            }
-            for col in COMPARE_COLUMNS:
-                values = part[col].astype(float)
-                row[col] = float(values.mean())
-                row[f"{col}_std"] = float(values.std(ddof=1)) if len(part) > 1 else math.nan
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
-    """Compare several bench folders side by side into `out`: compare.md/.html, the overall table
-    (compare.csv/.json), per level (compare_levels.*), best speedup by step and the head-to-head on the shared
-    (task, seed) runs (compare_steps.*, compare_reach.*, compare_best_vs_step.png). Returns the html."""
-    benches = [rd.load_bench(Path(d)) for d in bench_dirs]
-    names = [b.name for b in benches]
-    if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
-        benches = [rd.Bench(b.path, str(b.path), b.config, b.runs, b.steps) for b in benches]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    table = compare_table(benches)
-    _write_table(table, out, "compare")
-    levels = rd.level_order({str(v) for b in benches for v in b.runs["level"]} - {rd.ALL})
-    by_level = _concat([compare_table(benches, level) for level in levels])
-    _write_table(by_level, out, "compare_levels")
-    warnings = [w for b in benches for w in (f"{b.name}: {x}" for x in warnings_for(b))]
-    if len({h for b in benches for h in [dict(header_items(b))["GPU"]]}) > 1:
-        warnings.insert(0, "the folders were measured on different GPUs: compare speedups with care.")
-    tracks = sorted(set(table["precision_policy"]), key=lambda t: (t != rd.STRICT, t)) if len(table) else []
-    warnings[:0] = _precision_warnings(tracks)
-    sections = []
-    for track in tracks:
-        sections.append(
-            (
-                f"all levels, mean over seeds, precision policy {track}",
-                _rounded(table[table["precision_policy"] == track].drop(columns="level")).set_index(
-                    ["bench", "policy"]
-                ),
-            )
-        )
-        for level in levels:
-            part = by_level[(by_level["precision_policy"] == track) & (by_level["level"] == level)]
-            if len(part):
-                sections.append(
-                    (
-                        f"level {level}, precision policy {track}",
-                        _rounded(part.drop(columns="level")).set_index(["bench", "policy"]),
-                    )
-                )
-    steps, reach, common = _step_comparison(benches)
-    _write_table(steps, out, "compare_steps")
-    _write_table(reach, out, "compare_reach")
-    figures = []
-    if len(steps):
-        lines = {arm: steps[steps["arm"] == arm] for arm in dict.fromkeys(steps["arm"])}
-        figure = reportplots.step_curves(
-            lines, out / "compare_best_vs_step.png", "best speedup vs step (shared runs)"
-        )
-        figures.append(
-            (figure, f"Best speedup vs step, geometric mean over the {common} runs all arms share")
-        )
-        pivot = steps.pivot(index="step", columns="arm", values="geomean_best_x")[list(lines)]
-        sections.append(
-            (f"best speedup over eager by step, geomean over the {common} shared runs", _rounded(pivot))
-        )
-    if len(reach):
-        sections.append(
-            (
-                f"which arm reaches the shared best first (within {rd.REACH_WITHIN:.0%}, runs where a kernel beat "
-                "eager)",
-                _rounded(reach).set_index("arm"),
-            )
-        )
-    page = reporthtml.Page(
-        title="htam-graph bench comparison",
-        header=[(b.name, ", ".join(f"{k}: {v}" for k, v in header_items(b)[:8])) for b in benches],
-        warnings=warnings,
-        definitions=[*rd.DEFINITIONS, *COMPARE_DEFINITIONS],
-        sections=sections,
-        extra=[],
-        figures=figures,
-    )
-    (out / "compare.md").write_text(reporthtml.markdown(page), encoding="utf-8")
-    html = out / "compare.html"
-    html.write_text(reporthtml.html(page), encoding="utf-8")
-    return html
-
-
-COMPARE_DEFINITIONS = (
-    "An arm is one (bench folder, policy, precision policy). The step tables use only the (task, seed) runs every "
-    "arm has, so the arms are compared on the same tasks.",
-    f"Reaching the shared best: a run's shared best is the highest final best speedup any arm found for that "
-    f"(task, seed); an arm reaches it at the first step whose best is within {rd.REACH_WITHIN:.0%} of it. Runs "
-    "where no arm beat eager are left out; mean steps are over the runs every arm reached.",
-)
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    import pandas as pd
-
-    frames = [f for f in frames if len(f)]
-    return (
-        pd.concat(frames, ignore_index=True)
-        if frames
-        else pd.DataFrame(columns=["level", "precision_policy"])
-    )
-
-
-def _step_comparison(benches: Sequence[rd.Bench]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """Best-by-step curves (columns arm, step, geomean_best_x) and the reach table over the (task, seed) runs
-    every arm has, and how many runs that is. Each precision track of a bench is its own arm."""
-    import pandas as pd
-
-    horizon = max((int(b.steps["step"].max()) for b in benches if len(b.steps)), default=0)
-    arms: dict[str, dict[tuple[str, int], list[float]]] = {}
-    for bench in benches:
-        tracks = rd.precision_tracks(bench.runs) if "precision_policy" in bench.runs else [None]
-        for track in tracks:
-            runs = bench.runs if track is None else bench.runs[bench.runs["precision_policy"] == track]
-            sub = rd.Bench(bench.path, bench.name, bench.config, runs, bench.steps)
-            for (task, policy, seed), curve in rd.run_curves(sub, horizon=horizon).items():
-                label = f"{bench.name} / {policy}" + ("" if track in (None, rd.STRICT) else f" / {track}")
-                arms.setdefault(label, {})[(task, seed)] = curve
-    if not arms:
-        return pd.DataFrame(columns=["arm", "step", "geomean_best_x"]), rd.reach_table({}), 0
-    common = set.intersection(*(set(c) for c in arms.values()))
-    rows = [
-        {"arm": arm, "step": t, "geomean_best_x": rd.geomean([curves[run][t] for run in common])}
-        for arm, curves in arms.items()
-        for t in range(horizon + 1)
-        if common
-    ]
-    steps = pd.DataFrame(rows, columns=["arm", "step", "geomean_best_x"])
-    return steps, rd.reach_table(arms), len(common)

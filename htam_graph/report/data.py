@@ -1,13 +1,13 @@
 """Reading a bench folder (BENCH_FORMAT: `bench.json` + `results.jsonl`) and computing the report's numbers.
 
 Definitions (stated in every report, see `DEFINITIONS`):
-- A run is one (task, policy, seed) line of results.jsonl. Its *returned kernel* is the best correct candidate,
-  or the reference when none beat it; a run with status error/timeout returned nothing.
+- A run is one (task, policy, seed) line of results.jsonl. Its *returned kernel* is the best correct
+  candidate, or the reference when none beat it; a run with status error/timeout returned nothing.
 - speedup over eager = the recorded `best_speedup_eager_x`; 1.0 when the reference is returned or the run
   failed (the user keeps eager PyTorch). Over torch.compile = `best_speedup_compile_x`; for a returned
   reference or a failed run `ref_compile_us / ref_eager_us` when measured, else missing (left out, counted).
-- fast_p (KernelBench): fraction of runs whose returned kernel is correct AND speedup over eager > p. A returned
-  reference is correct with speedup 1.0 (so never fast_1); a failed run is not correct.
+- fast_p (KernelBench): fraction of runs whose returned kernel is correct AND speedup over eager > p. A
+  returned reference is correct with speedup 1.0 (so never fast_1); a failed run is not correct.
 - geomean / median: over ALL runs, failed runs at 1.0 over eager.
 
 pandas is imported inside functions so importing this module does no work.
@@ -40,9 +40,11 @@ DEFINITIONS = (
     "fast_p (KernelBench): fraction of runs whose returned kernel is correct AND faster than eager by more "
     "than p. A returned reference is correct at 1.0x, so never fast_1; a failed run is not correct. "
     "fast_1_compile: the same against torch.compile.",
-    "geomean and median speedups are over ALL runs (failed runs at 1.0x over eager), never over successes only.",
+    "geomean and median speedups are over ALL runs (failed runs at 1.0x over eager), "
+    "never over successes only.",
     "correct %: runs in which at least one candidate passed every correctness check (correct_steps > 0).",
-    "SOL fraction = sol_us / runtime of the returned kernel (1.0 = speed of light); median over runs with sol_us.",
+    "SOL fraction = sol_us / runtime of the returned kernel (1.0 = speed of light); "
+    "median over runs with sol_us.",
     "steps to best: mean best_step over runs that returned a kernel other than the reference.",
     "With several seeds, per-level cells are mean ± sample std (n-1) across seeds of the per-seed value.",
 )
@@ -65,7 +67,8 @@ class Bench:
 
 # ------------------------------------------------------------------------------------------------ loading
 def load_bench(path: Path) -> Bench:
-    """Read `path/bench.json` and `path/results.jsonl`; raise ReportError (one line) when either is unusable."""
+    """Read `path/bench.json` and `path/results.jsonl`; raise ReportError (one line) when either is
+    unusable."""
     import pandas as pd
 
     path = Path(path)
@@ -397,9 +400,9 @@ def reach_table(
     arms: dict[str, dict[tuple[str, int], list[float]]], within: float = REACH_WITHIN
 ) -> pd.DataFrame:
     """Head to head on the (task, seed) runs every arm has: which arm reaches the shared best kernel in fewer
-    steps. `arms` maps a label to its curves (run_curves keyed by (task, seed), all of one horizon). The shared
-    best of a run is the highest final best over the arms; runs where no arm beat the reference are left out.
-    An arm reaches it at the first step whose best is within `within` of it (never: not reached)."""
+    steps. `arms` maps a label to its curves (run_curves keyed by (task, seed), all of one horizon). The
+    shared best of a run is the highest final best over the arms; runs where no arm beat the reference are
+    left out. An arm reaches it at the first step whose best is within `within` of it (never: not reached)."""
     import pandas as pd
 
     labels = list(arms)

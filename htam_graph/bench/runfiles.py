@@ -17,13 +17,14 @@ from typing import Any
 from htam_graph.errors import ConfigError
 from htam_graph.runtypes import PendingStep, RunConfig, RunResult, StepOutcome
 
-__all__ = ["RunFiles", "resume_run", "run_config_record", "step_row"]
+__all__ = ["RunFiles", "resume_run", "run_config_record", "step_row", "summary_of"]
 
 AWAITING = "awaiting_reply"
 
 
 class RunFiles:
-    """The `--out` folder: every candidate as it is made, the trajectory after every step, the best at the end."""
+    """The `--out` folder: every candidate as it is made, the trajectory after every step, the best at the
+    end."""
 
     def __init__(
         self, root: Path, task_key: str, multi: bool, prior_steps: list[dict[str, Any]] | None = None
@@ -52,7 +53,8 @@ class RunFiles:
         clear_step(self.pending_dir, s.step)
 
     def await_reply(self, result: RunResult, pending: PendingStep, config: dict[str, Any]) -> Path:
-        """Write the pending request of a run that stopped awaiting its reply; returns where the reply goes."""
+        """Write the pending request of a run that stopped awaiting its reply; returns where the reply
+        goes."""
         from htam_graph.llm.pending import write_pending
 
         _write_json(self.dir / "trajectory.json", self.steps)  # also when no step was made yet
@@ -123,7 +125,7 @@ def resume_run(files: RunFiles, steps: int, config: dict[str, Any]) -> Any:
 
     A finished run (its summary says so) is not resumed: the folder is written anew. A run of another
     configuration is refused (`ConfigError`, one line) rather than mixed."""
-    from htam_graph.cli.benchresume import load_resume
+    from htam_graph.bench.resume import load_resume
 
     summary = files.dir / "summary.json"
     if summary.is_file():
@@ -152,3 +154,41 @@ def _stored_config(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def summary_of(result: RunResult, cfg: RunConfig, backend: str, model: str) -> dict[str, Any]:
+    """The run's `summary.json` (also what `run --json` prints and a bench row starts from)."""
+    best = result.best_result
+    env = best or result.first_result
+    return {
+        "task": result.task_key,
+        "run_key": result.run_key,
+        "backend": backend,
+        "model": model,
+        "policy": cfg.policy,
+        "steps": cfg.steps,
+        "device": cfg.device,
+        "shape": cfg.shape,
+        "seed": cfg.seed,
+        "precision_policy": cfg.precision_policy.value,
+        "best_is_reference": result.best_is_reference,
+        "best_step": result.best_step,
+        "best_speedup_eager_x": result.best_speedup_x if not result.best_is_reference else 1.0,
+        "best_speedup_compile_x": result.best_speedup_compile_x,
+        "best_runtime_us": best.runtime_us if best else None,
+        "ref_eager_us": best.ref_eager_us if best else result.ref_eager_us,
+        "ref_compile_us": result.ref_compile_us,
+        "sol_us": best.sol_us if best else None,
+        "gpu_name": env.gpu_name if env else None,
+        "torch_version": env.torch_version if env else None,
+        "timing_on_cpu": env.timing_on_cpu if env else None,
+        "rtol": env.rtol if env else None,
+        "atol": env.atol if env else None,
+        "scaled_atol": best.scaled_atol if best else None,
+        "compile_failures": sum(1 for s in result.steps if s.result is not None and not s.result.compiled),
+        "correct_steps": sum(1 for s in result.steps if s.status != "failed"),
+        "usage": result.usage.model_dump(),
+        "stopped_reason": result.stopped_reason,
+        "confirmation": result.confirmation,
+        "awaiting_step": result.pending.step if result.pending else None,
+    }
