@@ -212,10 +212,13 @@ class SubprocessEvaluator:
         facts = self._measure_facts(request)
         if facts is None or not facts.best_kernels:
             return facts
+        env = self._env("cuda")  # the candidate's CUDA extensions are reused from its evaluation's build
+        env["TORCH_EXTENSIONS_DIR"] = extension_dir(
+            str(self.cache_dir / "torch_extensions"), request.candidate_source
+        )
         summary, note = ncu.summarise_kernel(
-            request, facts.best_kernels[0].name, facts.gpu_name, self.python, self._env("cuda"),
-            self.cache_dir / "ncu",
-        )  # fmt: skip
+            request, facts.best_kernels[0].name, facts.gpu_name, self.python, env, self.cache_dir / "ncu"
+        )
         return facts.model_copy(update={"ncu": summary, "ncu_note": note})
 
     def _measure_facts(self, request: EvalRequest) -> GpuFacts | None:

@@ -38,7 +38,6 @@ def collect(req: EvalRequest, workdir: Any) -> GpuFacts:
     device = torch.device(req.device)
     variants = harness.variants_for(req)
     task = harness.load_task_variant(req, variants[0])
-    inputs = make_inputs(task, 0, device)
     facts: dict[str, Any] = {
         "device": req.device,
         "torch_version": torch.__version__,
@@ -46,10 +45,10 @@ def collect(req: EvalRequest, workdir: Any) -> GpuFacts:
         "cuda_version": torch.version.cuda or "",
         "triton_interpreted": os.environ.get("TRITON_INTERPRET") == "1",
         "shape_variant": harness.variant_label(req.shape, variants[0]),
-        "inputs": [_spec(x).model_dump() for x in inputs],
         "notes": [],
     }
     if device.type != "cuda":
+        facts["inputs"] = [_spec(x).model_dump() for x in make_inputs(task, 0, device)]
         facts["gpu_arch"] = "cpu"
         return GpuFacts.model_validate(facts)
     guards.pin_precision(req.precision_policy)
@@ -58,7 +57,12 @@ def collect(req: EvalRequest, workdir: Any) -> GpuFacts:
     facts["tf32_off"] = not state["cuda.matmul.allow_tf32"] and not state["cudnn.allow_tf32"]
     key = f"facts|{torch.__version__}|{facts['gpu_name']}|{req.shape}|{req.precision_policy.value}|{req.task_source}"
     need = sharing.memory_need_bytes(task)
-    with gpulock.memory_budget(device.index or 0, need), sharing.shared(device):
+    # As an evaluation does (gpulock): device memory only inside the budget, device work under the shared lock,
+    # timing and profiling under the exclusive one, which is never taken while the shared one is held.
+    with gpulock.memory_budget(device.index or 0, need):
+        with sharing.shared(device):
+            inputs = make_inputs(task, 0, device)
+        facts["inputs"] = [_spec(x).model_dump() for x in inputs]
         facts.update(
             diskcache.cached_json(
                 FACTS_CACHE_DIR, key, lambda: _reference_facts(req, task, inputs, device, facts), _decode
@@ -106,32 +110,35 @@ def _reference_facts(
     req: EvalRequest, task: types.ModuleType, inputs: list[Any], device: torch.device, facts: dict[str, Any]
 ) -> dict[str, Any]:
     """The eager reference's time, floor and kernels at this shape on this GPU (cached by the caller)."""
-    torch.manual_seed(0)
-    with torch.device(device):
-        ref = task.Model(*task.get_init_inputs()).to(device)
-    ref_inputs = checks.clone_inputs(inputs)
+    out: dict[str, Any] = {}
+    with sharing.shared(device):
+        torch.manual_seed(0)
+        with torch.device(device):
+            ref = task.Model(*task.get_init_inputs()).to(device)
+        ref_inputs = checks.clone_inputs(inputs)
+        peaks = sol.peaks_for(str(facts["gpu_name"]))
+        if peaks is not None:
+            with torch.no_grad():
+                flops = sol.count_flops(ref, checks.clone_inputs(inputs))
+                out_bytes = checks.nbytes(ref(*checks.clone_inputs(inputs)))
+            l2 = timing.l2_flush_bytes(device) // 2
+            floor = sol.floor_for(
+                checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2
+            )
+            out.update(
+                sol_us=floor.sol_us, bytes_floor_us=floor.bytes_floor_us, flop_floor_us=floor.flop_floor_us
+            )
 
     def run() -> None:
         with torch.no_grad():
             ref(*ref_inputs)
 
-    out: dict[str, Any] = {}
     with sharing.exclusive(device):
         t = timing.time_interleaved({"ref": run}, device, _TIMED_RUNS, 3)
         out["ref_eager_us"] = t.time_us("ref")
         kernels, total = kernel_table(run, _PROFILED_CALLS)
     out["eager_kernels"] = [k.model_dump() for k in kernels]
     out["eager_kernel_us"] = total
-    peaks = sol.peaks_for(str(facts["gpu_name"]))
-    if peaks is not None:
-        with torch.no_grad():
-            flops = sol.count_flops(ref, checks.clone_inputs(inputs))
-            out_bytes = checks.nbytes(ref(*checks.clone_inputs(inputs)))
-        l2 = timing.l2_flush_bytes(device) // 2
-        floor = sol.floor_for(checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2)
-        out.update(
-            sol_us=floor.sol_us, bytes_floor_us=floor.bytes_floor_us, flop_floor_us=floor.flop_floor_us
-        )
     return out
 
 
@@ -151,16 +158,17 @@ def _best_facts(
     """The best candidate's kernels in one forward call (its source was evaluated correct by the loop)."""
     try:
         candidate, cand_file = load_candidate(req.candidate_source, workdir, harness.main_overrides(req))
-        _, cand, _ = build_models(task, candidate, 0, device, cand_file)
-        cand_inputs = checks.clone_inputs(inputs)
+        with sharing.shared(device):
+            _, cand, _ = build_models(task, candidate, 0, device, cand_file)
+            cand_inputs = checks.clone_inputs(inputs)
 
-        def run() -> None:
-            with torch.no_grad():
-                cand(*cand_inputs)
+            def run() -> None:
+                with torch.no_grad():
+                    cand(*cand_inputs)
 
-        for _ in range(3):  # compile and autotune outside the profile
-            run()
-        torch.cuda.synchronize(device)
+            for _ in range(3):  # compile and autotune outside the profile
+                run()
+            torch.cuda.synchronize(device)
         with sharing.exclusive(device):
             kernels, _ = kernel_table(run, _PROFILED_CALLS)
     except Exception as e:  # a profile that fails leaves the prompt without it, never the run
