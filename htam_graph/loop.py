@@ -79,8 +79,6 @@ class _Choice:
 class OptimizationLoop:
     """Runs the HTAM loop for tasks, with the ports passed in."""
 
-    _facts: GpuFacts | None = None  # the run's device facts (LLM generators only), refreshed with the best
-
     def __init__(
         self,
         store: GraphStore,
@@ -101,6 +99,9 @@ class OptimizationLoop:
         self.executable_locals = executable_locals
         self.on_step = on_step
         self.model_name = model_name
+        self._facts: GpuFacts | None = (
+            None  # the run's device facts (LLM generators only), refreshed with the best
+        )
 
     # ------------------------------------------------------------------------------------------- the run
     def run(self, task: Task, resume: Resume | None = None) -> RunResult:
