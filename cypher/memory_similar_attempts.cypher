@@ -3,9 +3,11 @@
 // returns: attempt_key, task_key, global_key, local_key, positive, status, error_kind, gain, speedup_x, gpu_arch, kernel_key, language, source
 // The `flat` ablation's retrieval: past attempts (any direction) on other tasks sharing an op tag with the
 // current one, best first: correct before incorrect, then speed-up over eager, then gain; key as tie-break.
-// `positive` is the attempt's evidence polarity (status improved, correct, no error).
+// `positive` is the attempt's evidence polarity (status improved, correct, no error). CPU attempts (interpreted
+// Triton) are not evidence and are never retrieved.
 MATCH (a:Attempt)-[:OF]->(t:Task)
-WHERE t.key <> coalesce($exclude_task_key, '') AND any(x IN coalesce(t.op_tags, []) WHERE x IN $op_tags)
+WHERE t.key <> coalesce($exclude_task_key, '') AND coalesce(a.gpu_arch, '') <> 'cpu'
+  AND any(x IN coalesce(t.op_tags, []) WHERE x IN $op_tags)
 MATCH (a)-[:PRODUCED]->(k:Kernel)
 RETURN a.key AS attempt_key, t.key AS task_key, a.global_key AS global_key, a.local_key AS local_key,
        (a.status = 'improved' AND a.correct = true AND a.error_kind IS NULL AND a.gain > 0.0) AS positive,

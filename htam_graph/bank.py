@@ -18,6 +18,11 @@ any problem), then MERGEs the static nodes on key (existing properties win), the
 for attempts the graph did not hold. So import -> re-import is a no-op and two banks merge by adding their
 counts and sums. Stat properties in the file (totals, STATS_ON, EVIDENCE_ON, evidence TRANSITION edges) are
 derived data: they are exported for reading but rebuilt from the attempts on import.
+
+CPU attempts (Triton interpreted) are not evidence (`memory.is_evidence`): a bank written by a version that
+counted them imports with their contributions left out (its attempts are replayed under today's rule), and the
+import also moves out whatever CPU contributions the receiving graph itself still holds
+(`memory.repair_cpu_evidence`).
 """
 
 from __future__ import annotations
@@ -255,6 +260,7 @@ def import_bank(store: GraphStore, path: Path) -> ImportCounts:
     )
     _write_static(store, plan)
     new = memory.record_attempts(store, plan.attempts)
+    memory.repair_cpu_evidence(store)  # the receiving graph may hold CPU evidence an older version counted
     follows = [
         {"key": a.key, "prev_attempt_key": a.prev_attempt_key} for a in plan.attempts if a.prev_attempt_key
     ]

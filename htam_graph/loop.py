@@ -22,11 +22,13 @@ from typing import Literal
 
 from htam_graph import memory, policy
 from htam_graph.confirm import confirm_best
+from htam_graph.devicefacts import GpuFacts
 from htam_graph.errors import AwaitingReply, BackendError, HtamError, StepInfraError
 from htam_graph.model import (
     NO_STRATEGY_KEY,
     AttemptExample,
     AttemptRecord,
+    Device,
     DirectionScore,
     ErrorKind,
     EvalResult,
@@ -38,7 +40,14 @@ from htam_graph.model import (
     RunRecord,
     Task,
 )
-from htam_graph.ports import EvaluationObserver, Evaluator, Generator, GraphStore, ResumableGenerator
+from htam_graph.ports import (
+    EvaluationObserver,
+    Evaluator,
+    FactsProvider,
+    Generator,
+    GraphStore,
+    ResumableGenerator,
+)
 from htam_graph.run_lessons import RunLessons, inputs_digest
 from htam_graph.runtypes import (
     POLICIES,
@@ -130,6 +139,9 @@ class OptimizationLoop:
         self.on_phase = on_phase
         # Every local strategy in the memory, read once a run when a reply names one that was not offered.
         self._known_locals: dict[str, LocalStrategy] | None = None
+        self._facts: GpuFacts | None = (
+            None  # the run's device facts (LLM generators only), refreshed with the best
+        )
 
     # ------------------------------------------------------------------------------------------- the run
     def run(self, task: Task, resume: Resume | None = None) -> RunResult:
@@ -196,6 +208,11 @@ class OptimizationLoop:
             answered = [o.step for o in resume.steps if not (o.generation and o.generation.infra_error)]
             self.generator.resumed(task.key, answered)
         infra_in_a_row = 0
+        # An LLM is told what the device is (GpuFacts); the facts also name the GPU architecture whose evidence
+        # the policy weighs before the first evaluation has reported it.
+        self._facts = self._device_facts(task, result) if executable is None else None
+        if self._facts is not None and self._facts.device == "cuda":
+            gpu_arch = gpu_arch or self._facts.gpu_arch
         for step in range(done + 1, cfg.steps + 1):
             try:
                 picked: tuple[_Choice, GenerationRequest, GenerationReply] | None
@@ -240,6 +257,8 @@ class OptimizationLoop:
             _learn(lessons, outcome, base)
             if outcome.result is not None and outcome.result.gpu_arch:
                 gpu_arch = outcome.result.gpu_arch
+            if self._facts is not None and self.config.device == "cuda" and result.best_step == step:
+                self._facts = self._device_facts(task, result) or self._facts  # profile the new best
             if cfg.record and isinstance(self.generator, EvaluationObserver):
                 # e.g. the rules' autotune cache learns the runtime the evaluator measured for this kernel
                 self.generator.observe(request, reply, outcome.result)
@@ -337,6 +356,10 @@ class OptimizationLoop:
             self.store, history, gpu_arch=gpu_arch, settings=self.settings, mode=mode
         )
         excluded = [s.key for s in scores if s.key not in allowed]
+        resting = policy.direction_to_rest(history, allowed) if executable is None else None
+        if resting is not None:
+            # An LLM is never sent the same direction three times in a row while another one is allowed.
+            excluded.append(resting)
         direction = policy.sample_direction(scores, rng, exclude=excluded)
         # Record the chance the draw gave it (over the directions this task allows), not its share of all globals.
         direction = direction.model_copy(
@@ -345,8 +368,19 @@ class OptimizationLoop:
         candidates = lessons.least_penalised(self._locals(task, direction.key, executable))
         if not candidates:
             raise HtamError(f"direction {direction.key!r} has no applicable local strategy")
+        if executable is None:
+            # Offered to an LLM: most relevant to the task first, then by this GPU's evidence.
+            candidates = policy.rank_offers(
+                memory.with_outcomes(self.store, candidates), task.op_tags, gpu_arch,
+                self.settings.foreign_weight, self.settings.compile_penalty,
+            )  # fmt: skip
         if cfg.policy == "random" or cfg.policy == "no-local":
             local = candidates[rng.randrange(len(candidates))]
+        elif executable is None:
+            # Upper-confidence exploration among the most relevant strategies only.
+            top = policy.relevance(candidates[0].strategy, task.op_tags)
+            tier = [c for c in candidates if policy.relevance(c.strategy, task.op_tags) == top]
+            local = policy.select_local(tier, rng, self.settings.local_explore_c)
         else:
             local = policy.select_local(candidates, rng, self.settings.local_explore_c)
         if cfg.policy == "no-local":
@@ -354,12 +388,9 @@ class OptimizationLoop:
             return _Choice(direction, local if executable is not None else None, [])
         examples = memory.examples_for(self.store, local.strategy.key, task.op_tags or None)
         # An LLM may pick another strategy of the direction (the paper lets the LLM choose the local): it is
-        # offered the others, best upper-confidence value first, and the one it names is recorded.
+        # offered the others in the ranked order above (relevance, then evidence), and the one it names is
+        # recorded. The rules act on the chosen one only.
         others = [c for c in candidates if c.strategy.key != local.strategy.key] if executable is None else []
-        total = sum(c.attempts for c in candidates)
-        others.sort(
-            key=lambda c: (-policy.ucb_value(c, total, self.settings.local_explore_c), c.strategy.key)
-        )
         return _Choice(direction, local, examples, others[:_MAX_ALTERNATIVES])
 
     def _choose_flat(
@@ -406,8 +437,39 @@ class OptimizationLoop:
             self.store, global_key, language=self.config.language.value, op_tags=task.op_tags or None
         )
         if executable is not None:
+            # The rules' own test is stronger: a recipe matched the task's FX graph.
             found = [c for c in found if c.strategy.key in executable]
+        else:
+            # An LLM is offered only strategies whose defining operation is in the task (policy.relevance)
+            # and that the run's precision policy allows.
+            found = [
+                c
+                for c in found
+                if policy.relevance(c.strategy, task.op_tags) is not None
+                and policy.allowed_under(c.strategy, self.config.precision_policy)
+            ]
         return found
+
+    def _device_facts(self, task: Task, result: RunResult) -> GpuFacts | None:
+        """The evaluator's facts about the device and the task's reference (and the current best's profile), or
+        None when the evaluator cannot tell them."""
+        if not isinstance(self.evaluator, FactsProvider):
+            return None
+        request = self.config.eval_request(
+            task, result.best_source, seed=self.config.seed, trials=1, measure_baselines=False
+        )
+        if result.best_is_reference:
+            request = request.model_copy(update={"candidate_kind": "reference"})
+        return self.evaluator.device_facts(request)
+
+    def _arch(self, result: RunResult) -> str:
+        """The architecture whose evidence the prompts call "this GPU's": the last evaluation's, else the facts'."""
+        last = result.steps[-1].result if result.steps else None
+        if last is not None and last.gpu_arch:
+            return last.gpu_arch
+        if self.config.device == "cpu":
+            return "cpu"
+        return self._facts.gpu_arch if self._facts is not None else ""
 
     # ------------------------------------------------------------------------------------------- generate
     def _request(
@@ -419,6 +481,7 @@ class OptimizationLoop:
         directions: dict[str, GlobalDirection],
     ) -> GenerationRequest:
         last = result.steps[-1] if result.steps else None
+        gpu_arch = self._arch(result)
         return GenerationRequest(
             task=task,
             step=step,
@@ -426,9 +489,17 @@ class OptimizationLoop:
             strategy=choice.local.strategy if choice.local else None,
             base_source=result.best_source,
             language=self.config.language,
-            state_summary=state_summary(task, result, last),
-            memory_context=memory_context(choice.local, choice.examples, flat=self.config.policy == "flat"),
+            state_summary=state_summary(task, result, last, self.config.device),
+            memory_context=memory_context(
+                choice.local,
+                choice.examples,
+                alternatives=choice.alternatives,
+                gpu_arch=gpu_arch,
+                foreign_weight=self.settings.foreign_weight,
+                flat=self.config.policy == "flat",
+            ),
             device=self.config.device,
+            gpu_facts=self._facts,
             seed=self.config.seed * 1000 + step,
             precision_policy=self.config.precision_policy,
             shape=self.config.shape,
@@ -555,6 +626,10 @@ class OptimizationLoop:
             status = "failed"
         _adopt(result, step, status, reply.source, evaluation, speedup)
         source_hash = hashlib.sha256(reply.source.encode()).hexdigest() if reply.source else None
+        # Where it ran, as the evaluation says (an attempt without one ran nowhere: the run's device).
+        device: Device = cfg.device
+        if evaluation is not None:
+            device = "cpu" if evaluation.timing_on_cpu else evaluation.device
         record = AttemptRecord(
             key=attempt_key,
             run_key=run_key,
@@ -572,12 +647,14 @@ class OptimizationLoop:
             gain=gain,
             runtime_us=evaluation.runtime_us if evaluation else None,
             gpu_name=evaluation.gpu_name if evaluation else "",
-            gpu_arch=(evaluation.gpu_arch if evaluation else "") or gpu_arch,
+            gpu_arch=(evaluation.gpu_arch if evaluation else "")
+            or (memory.CPU_ARCH if device == "cpu" else gpu_arch),
             precision_policy=cfg.precision_policy,
             kernel_language=evaluation.language if evaluation else None,
             kernel_source=reply.source,
             kernel_sha256=source_hash,
             created_ms=memory.now_ms(),
+            device=device,
         )
         if cfg.record:
             memory.record_attempt(self.store, record)
@@ -631,14 +708,15 @@ def _adopt(
 ) -> None:
     """Make step `step`'s candidate the run's best when it improved on it.
 
-    On the CPU the first correct kernel is kept (speed is not measurable there), so `best.py` is a real kernel;
-    its speed-up stays unclaimed (1.0) until it is timed on a GPU. Not on a degenerate task timed on a GPU: its
-    correctness check cannot tell a real kernel from a copy of the input, and its speed was measured (H200
-    bench: LeakyReLU and HardTanh of non-negative inputs returned 0.93x kernels reported as 1.0x), so the
+    On the CPU speed is not measurable, so every correct kernel becomes the best: the latest correct candidate is
+    the base of the next step (a stateless model then keeps its own latest working changes) and `best.py` is a
+    real kernel; its speed-up stays unclaimed (1.0) until it is timed on a GPU. Not on a degenerate task timed on
+    a GPU: its correctness check cannot tell a real kernel from a copy of the input, and its speed was measured
+    (H200 bench: LeakyReLU and HardTanh of non-negative inputs returned 0.93x kernels reported as 1.0x), so the
     reference stays.
     """
     on_cpu = evaluation is not None and evaluation.timing_on_cpu
-    adopt_untimed = status != "failed" and on_cpu and result.best_is_reference
+    adopt_untimed = status != "failed" and on_cpu
     if (status == "improved" or adopt_untimed) and source is not None:
         result.best_source, result.best_is_reference = source, False
         result.best_step, result.best_result = step, evaluation

@@ -8,7 +8,11 @@ Evidence semantics (one attempt):
   everything else is negative evidence for the local strategy it applied;
 - counted gain = `gain` when the attempt is correct, clean and not failed, else 0.0 (a failure adds a count and
   no gain, so it lowers the mean);
-- compile failure iff not compiled.
+- compile failure iff not compiled;
+- an attempt that ran on the CPU (Triton interpreted: correctness only, timings meaningless) or failed for
+  infrastructure reasons is recorded (Attempt, Kernel, links) but is never evidence: it adds no statistics and is
+  never an example, so nothing measured by the interpreter weighs in a GPU decision. `repair_cpu_evidence` moves
+  out what a version without this rule counted.
 Stats are sums and counts (means derived on read), kept in totals on the nodes and per GPU architecture on
 STATS_ON / EVIDENCE_ON edges to `(:Gpu)` and on one TRANSITION edge per (src, dst, gpu_arch).
 
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from htam_graph import policy
 from htam_graph.errors import UnknownKeyError
 from htam_graph.model import (
+    ArchEvidence,
     AttemptExample,
     AttemptRecord,
     DirectionScore,
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 
 PRIOR_ARCH = "prior"  # gpu_arch of the seed's prior TRANSITION edges; reserved
 UNKNOWN_ARCH = "unknown"  # gpu_arch recorded when an attempt names none
+CPU_ARCH = "cpu"  # gpu_arch of an attempt evaluated on the CPU (never evidence)
 BATCH_SIZE = 1000
 # Batches this process failed to finish, per store object: the next record_attempts on the same store re-applies
 # their steps first (only this writer touches its own attempts, so that never races another writer). Attempts a
@@ -161,11 +167,18 @@ def is_positive(record: AttemptRecord) -> bool:
     )
 
 
+def ran_on_cpu(record: AttemptRecord) -> bool:
+    """The attempt was evaluated on the CPU (Triton's interpreter): its device says so, or, on records written
+    before the device was recorded, its architecture 'cpu'."""
+    return record.device == "cpu" or record.gpu_arch == CPU_ARCH
+
+
 def is_evidence(record: AttemptRecord) -> bool:
-    """Whether the attempt says anything about its strategy. An infrastructure failure (the harness ran out of
-    GPU memory, the worker could not start) is recorded as an Attempt but adds no statistics: it is not the
-    strategy's failure (evaluation.md pitfall 19)."""
-    return record.error_kind is not ErrorKind.INFRA_ERROR
+    """Whether the attempt says anything about its strategy on a GPU. An infrastructure failure (the harness ran
+    out of GPU memory, the worker could not start) is not the strategy's failure (evaluation.md pitfall 19), and a
+    CPU attempt ran interpreted Triton, whose speed says nothing about a GPU: both are recorded as Attempts but
+    add no statistics."""
+    return record.error_kind is not ErrorKind.INFRA_ERROR and not ran_on_cpu(record)
 
 
 def counted_gain(record: AttemptRecord) -> float:
@@ -269,8 +282,9 @@ def _apply_steps(store: GraphStore, records: Sequence[AttemptRecord]) -> None:
 def repair_pending(store: GraphStore, batch_size: int = BATCH_SIZE) -> int:
     """Complete the recording steps a killed writer left undone (attempts still carrying a pending marker)
     from their stored properties; returns how many attempts were pending. Idempotent: a second call finds
-    nothing. Run it only where no other writer of the graph is live (see `_UNFINISHED`): a live writer's
+    nothing. First moves out any CPU evidence an older version counted (`repair_cpu_evidence`). Run it only where no other writer of the graph is live (see `_UNFINISHED`): a live writer's
     attempts are pending too, and re-applying them concurrently can count them twice on FalkorDB."""
+    repair_cpu_evidence(store)
     repaired = 0
     after = ""
     while True:
@@ -285,6 +299,26 @@ def repair_pending(store: GraphStore, batch_size: int = BATCH_SIZE) -> int:
             break
     if repaired:
         log.warning("completed the recording of %d attempt(s) an interrupted writer left pending", repaired)
+    return repaired
+
+
+def repair_cpu_evidence(store: GraphStore) -> int:
+    """Move out of the statistics what CPU attempts added under a version that counted them as evidence (their
+    STATS_ON / EVIDENCE_ON edges to the Gpu 'cpu' are subtracted from the node totals and deleted, their
+    TRANSITION edges deleted) and clear the statistics markers of CPU attempts left pending. Each statement is
+    atomic and leaves nothing for a second run to find, so an interrupted repair is finished by the next one.
+    Returns the number of edges and attempts repaired (0 on a graph that never counted a CPU attempt)."""
+    repaired = 0
+    for name in (
+        "repair_cpu_pending",
+        "repair_cpu_global_stats",
+        "repair_cpu_local_evidence",
+        "repair_cpu_transitions",
+    ):
+        row = store.run(name)
+        repaired += int(next(iter(row[0].values()))) if row else 0
+    if repaired:
+        log.warning("moved CPU attempts out of the evidence (%d edges or attempts repaired)", repaired)
     return repaired
 
 
@@ -467,6 +501,7 @@ def locals_for(
             pattern=p.get("pattern") or "",
             applicable_when=p.get("applicable_when") or [],
             op_tags=p.get("op_tags") or [],
+            requires_tags=p.get("requires_tags") or [],
             checks=p.get("checks") or [],
             risks=p.get("risks") or [],
         )
@@ -484,6 +519,31 @@ def locals_for(
             )
         )
     return out
+
+
+def with_outcomes(store: GraphStore, candidates: Sequence[LocalWithEvidence]) -> list[LocalWithEvidence]:
+    """`candidates` with `by_arch` filled: what their (GPU, non-infrastructure) attempts came to per
+    architecture, with "correct but not faster" counted apart from "failed"."""
+    if not candidates:
+        return []
+    rows = store.run("memory_local_outcomes", {"local_keys": [c.strategy.key for c in candidates]})
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        arch = found.setdefault(r["local_key"], {}).setdefault(r["gpu_arch"], {"gain_sum": 0.0})
+        status = r["status"] if r["status"] in ("improved", "correct") else "failed"
+        arch[status] = arch.get(status, 0) + int(r["attempts"])
+        arch["gain_sum"] += float(r["gain_sum"] or 0.0)
+    return [
+        c.model_copy(
+            update={
+                "by_arch": [
+                    ArchEvidence(gpu_arch=arch, **counts)
+                    for arch, counts in sorted(found.get(c.strategy.key, {}).items())
+                ]
+            }
+        )
+        for c in candidates
+    ]
 
 
 def examples_for(

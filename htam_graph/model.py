@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from htam_graph.devicefacts import GpuFacts
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,6 +73,10 @@ class LocalStrategy(_Frozen):
     pattern: str  # what to change in the code
     applicable_when: list[str] = Field(default_factory=list)  # prose conditions
     op_tags: list[str] = Field(default_factory=list)  # task op tags it applies to; empty = any
+    # The strategy's defining operation when it is a combination (a library GEMM/conv AND an epilogue): the
+    # task must have one of these tags, and one of its other op_tags too (`policy.applies`). Empty: op_tags
+    # decide.
+    requires_tags: list[str] = Field(default_factory=list)
     checks: list[str] = Field(default_factory=list)  # how to verify it worked
     risks: list[str] = Field(default_factory=list)  # what can go wrong
 
@@ -211,6 +217,10 @@ class AttemptRecord(_Frozen):
     kernel_source: str | None = None
     kernel_sha256: str | None = None
     created_ms: int = 0
+    # Where the candidate ran. A CPU attempt (Triton interpreted, timings meaningless) is recorded but is
+    # never evidence (memory.is_evidence); None on records written before the field existed (gpu_arch 'cpu'
+    # says it).
+    device: Device | None = None
 
 
 class RunRecord(_Frozen):
@@ -228,8 +238,25 @@ class RunRecord(_Frozen):
     seed: int = 0
 
 
+class ArchEvidence(_Frozen):
+    """What the attempts that applied one local strategy on one GPU architecture came to (never CPU
+    attempts)."""
+
+    gpu_arch: str
+    improved: int = 0  # correct and faster than the run's best
+    correct: int = 0  # correct but not faster: its own label, never "failed"
+    failed: int = 0  # compile error, mismatch, crash, timeout, hack, no code
+    gain_sum: float = 0.0
+
+    @property
+    def attempts(self) -> int:
+        return self.improved + self.correct + self.failed
+
+
 class LocalWithEvidence(_Frozen):
-    """A local strategy with the evidence the memory holds for it (totals over all GPU architectures)."""
+    """A local strategy with the evidence the memory holds for it (totals over all GPU architectures).
+
+    `by_arch` is filled only where evidence is shown (the strategies offered to a generator)."""
 
     strategy: LocalStrategy
     attempts: int = 0
@@ -240,6 +267,7 @@ class LocalWithEvidence(_Frozen):
     best_kernel_key: str | None = None
     worst_attempt_key: str | None = None  # worst negative attempt (lowest gain), for counter-examples
     worst_kernel_key: str | None = None
+    by_arch: list[ArchEvidence] = Field(default_factory=list)
 
     @property
     def mean_gain(self) -> float:
@@ -295,6 +323,10 @@ class GenerationRequest(_Frozen):
     # Other local strategies under the direction: an LLM may choose one of them instead of `strategy`
     # (the paper's local choice by the LLM) and says which in its reply (`GenerationReply.strategy_key`).
     alternatives: list[LocalStrategy] = Field(default_factory=list)
+    # Facts about the device and the task's reference there (GPU model, versions, input shapes, reference
+    # time, speed-of-light floor, eager profile, ncu summary of the best kernel), measured by the evaluator
+    # side.
+    gpu_facts: GpuFacts | None = None
 
 
 NO_STRATEGY_KEY = "none"  # what a reply's STRATEGY line reads as when the model says no strategy applies

@@ -13,7 +13,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from htam_graph.model import DirectionScore, LocalWithEvidence
+from htam_graph.model import DirectionScore, LocalStrategy, LocalWithEvidence, PrecisionPolicy
 
 PolicyMode = Literal["htg", "no-transition", "random"]
 """How directions are scored: `htg` (precedent aggregation over TRANSITION edges), `no-transition` (each
@@ -133,3 +133,111 @@ def select_local(candidates: Sequence[LocalWithEvidence], rng: random.Random, c:
         x for v, x in values if v == best or (math.isfinite(best) and math.isclose(v, best, abs_tol=1e-12))
     ]
     return tied[rng.randrange(len(tied))]
+
+
+# ------------------------------------------------------------------------------------------------ applicability
+GENERIC_TAGS: frozenset[str] = frozenset({"elementwise", "activation", "broadcast"})
+"""Op tags nearly every task has (a bias add, an activation): sharing one of them says nothing about whether a
+strategy fits a task that also has a defining operation (a conv, a reduction, a norm)."""
+
+
+def defining_tags(task_tags: Iterable[str]) -> frozenset[str]:
+    """A task's defining operations: its op tags other than the generic ones, or all of them when the task is
+    made of generic operations only (an activation, an elementwise chain)."""
+    tags = frozenset(task_tags)
+    return (tags - GENERIC_TAGS) or tags
+
+
+def relevance(strategy: LocalStrategy, task_tags: Iterable[str]) -> int | None:
+    """How specifically a local strategy fits a task (higher: more specific); None when it does not apply.
+
+    - A strategy without op tags applies to every task, least specifically (0).
+    - A strategy with `requires_tags` is a combination (a library GEMM/conv and its epilogue, a reduction after a
+      linear map): the task must have one of the required tags and, when the strategy names others, one of those.
+    - A strategy tagged with generic tags only (an elementwise chain, activation math) applies where the task has
+      one of those operations, whatever else it has.
+    - Any other strategy must name one of the task's defining operations (`defining_tags`): one shared generic
+      tag is not enough, so a norm-and-softmax strategy that also lists `elementwise` is not offered for a conv
+      with an elementwise epilogue.
+    The value is the number of the task's defining tags the strategy names.
+    """
+    tags = frozenset(task_tags)
+    own = frozenset(strategy.op_tags)
+    if not own:
+        return 0
+    defining = defining_tags(tags)
+    required = frozenset(strategy.requires_tags)
+    if required:
+        rest = own - required
+        if not (required & tags) or (rest and not (rest & tags)):
+            return None
+    elif own <= GENERIC_TAGS:
+        if not (own & tags):
+            return None
+    elif not (own & defining):
+        return None
+    return len(own & defining)
+
+
+PRECISION_GLOBAL = "precision"
+"""The seed's reduced-precision direction (TF32, bf16): its strategies are for the tf32 / bf16 tracks only."""
+
+
+def allowed_under(strategy: LocalStrategy, precision_policy: PrecisionPolicy) -> bool:
+    """Whether a strategy may be offered under the run's precision policy: the reduced-precision direction's
+    strategies never under fp32-strict, where TF32 or bf16 compute fails the 1e-4 check and counts as a hack."""
+    return not (strategy.global_key == PRECISION_GLOBAL and precision_policy is PrecisionPolicy.FP32_STRICT)
+
+
+def evidence_score(
+    candidate: LocalWithEvidence, gpu_arch: str, foreign_weight: float, failure_penalty: float
+) -> float:
+    """A strategy's GPU evidence as one number: (Σ w·gain − failure_penalty·Σ w·failed) / (Σ w·attempts + 1),
+    with this architecture's attempts weighted 1 and other architectures' `foreign_weight` (`by_arch`; CPU
+    attempts are never there). Untried: 0; a strategy that won scores above it; one that only failed or slowed
+    the kernel down scores below it. Without `by_arch`, the node totals (all GPU architectures) are used."""
+    if not candidate.by_arch:
+        gain, n, failed = candidate.gain_sum, float(candidate.attempts), 0.0
+    else:
+        gain = n = failed = 0.0
+        for arch in candidate.by_arch:
+            w = 1.0 if arch.gpu_arch == gpu_arch else foreign_weight
+            gain += w * arch.gain_sum
+            n += w * arch.attempts
+            failed += w * arch.failed
+    return (gain - failure_penalty * failed) / (n + 1.0)
+
+
+def rank_offers(
+    candidates: Sequence[LocalWithEvidence],
+    task_tags: Iterable[str],
+    gpu_arch: str,
+    foreign_weight: float,
+    failure_penalty: float,
+) -> list[LocalWithEvidence]:
+    """The applicable strategies, most relevant first, then by evidence (`evidence_score`), then by key: the
+    order in which they are offered to a model (not by UCB novelty, which puts untried strategies first and cut
+    the ones with real evidence)."""
+    tags = list(task_tags)
+    scored = [(relevance(c.strategy, tags), c) for c in candidates]
+    usable = [(r, c) for r, c in scored if r is not None]
+    usable.sort(
+        key=lambda rc: (
+            -rc[0],
+            -evidence_score(rc[1], gpu_arch, foreign_weight, failure_penalty),
+            rc[1].strategy.key,
+        )
+    )
+    return [c for _, c in usable]
+
+
+def direction_to_rest(history: Sequence[str], allowed: Sequence[str], run: int = 2) -> str | None:
+    """The direction a draw sets aside so that none comes `run` + 1 times in a row: the one the last `run` steps
+    all took, when another allowed direction exists; None otherwise (or when the run is shorter)."""
+    if run <= 0 or len(history) < run:
+        return None
+    last = history[-run:]
+    if len(set(last)) != 1:
+        return None
+    repeated = last[0]
+    return repeated if any(d != repeated for d in allowed) else None

@@ -7,6 +7,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from htam_graph.devicefacts import GpuFacts
 from htam_graph.model import EvalRequest, EvalResult, GenerationReply, GenerationRequest
 
 Dialect = Literal["falkordb", "neo4j"]
@@ -56,6 +57,16 @@ class Evaluator(Protocol):
     """Compiles, checks and times one candidate against its task's reference."""
 
     def evaluate(self, request: EvalRequest) -> EvalResult: ...
+
+
+@runtime_checkable
+class FactsProvider(Protocol):
+    """Optional, for an evaluator that can describe the device and the task's reference on it (`GpuFacts`: GPU
+    model, versions, input shapes, the reference's time, floor and kernels, the profile and an ncu summary of
+    the request's candidate). The loop asks before the first step of an LLM run and whenever the best kernel
+    changes on a GPU; None means the facts could not be measured (the prompts then go without them)."""
+
+    def device_facts(self, request: EvalRequest) -> GpuFacts | None: ...
 
 
 @runtime_checkable

@@ -252,6 +252,12 @@ def _local_problems(seed: SeedMemory) -> list[str]:
                 f"{where}: unknown op tag(s) {', '.join(map(repr, unknown))} "
                 f"(allowed: {', '.join(sorted(OP_TAGS))})"
             )
+        outside = sorted(set(loc.requires_tags) - set(loc.op_tags))
+        if outside:
+            problems.append(
+                f"{where}: requires_tags {', '.join(map(repr, outside))} not among its op_tags "
+                "(requires_tags name which of its op_tags define the strategy)"
+            )
         for field in _blank_fields(loc, ("name", "pattern", "applicable_when", "checks", "risks")):
             problems.append(f"{where}: field {field!r} is empty or blank")
     for key in _duplicates([loc.key for loc in seed.locals]):

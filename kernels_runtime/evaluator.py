@@ -15,6 +15,7 @@ This module imports no torch: the parent stays light and cannot be touched by th
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -32,6 +33,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from htam_graph.devicefacts import GpuFacts
+from htam_graph.kernels_runtime import diskcache, ncu
 from htam_graph.kernels_runtime.paths import extension_dir
 from htam_graph.kernels_runtime.precheck import precheck
 from htam_graph.kernels_runtime.recorder import tolerances
@@ -46,6 +49,7 @@ _POLL_S = 0.05
 _TAIL = 1500
 # Longest wait for the GPU memory budget before the evaluation is given up as an infrastructure failure.
 _MAX_QUEUE_S = 3600.0
+_FACTS_TIMEOUT_S = 600.0
 
 
 def default_cache_dir() -> Path:
@@ -193,6 +197,45 @@ class SubprocessEvaluator:
             raise ValueError("reuse_worker needs all requests on one device")
         return self._run(list(requests), "eval")
 
+    def device_facts(self, request: EvalRequest) -> GpuFacts | None:
+        """What the prompts should know about the device and the task's reference there (`GpuFacts`), measured
+        in a worker (mode "facts"); on a GPU also the profile of `request`'s candidate when it is a kernel and an
+        `ncu` summary of its most expensive kernel where Nsight Compute runs. None when the worker could not
+        measure them (logged): a run goes on without them. CPU facts (versions, input shapes) are cached here
+        per task, shape and installed torch/Triton; the reference's GPU facts are cached by the worker."""
+        if request.device == "cpu":
+            key = f"cpu-facts|{_installed('torch')}|{_installed('triton')}|{request.shape}|{request.task_source}"
+            cached = diskcache.cached_json(
+                str(self.cache_dir / "facts"), key, lambda: _dump(self._measure_facts(request)), _valid_facts
+            )
+            return GpuFacts.model_validate(cached) if cached is not None else None
+        facts = self._measure_facts(request)
+        if facts is None or not facts.best_kernels:
+            return facts
+        env = self._env("cuda")  # the candidate's CUDA extensions are reused from its evaluation's build
+        env["TORCH_EXTENSIONS_DIR"] = extension_dir(
+            str(self.cache_dir / "torch_extensions"), request.candidate_source
+        )
+        summary, note = ncu.summarise_kernel(
+            request, facts.best_kernels[0].name, facts.gpu_name, self.python, env, self.cache_dir / "ncu"
+        )
+        return facts.model_copy(update={"ncu": summary, "ncu_note": note})
+
+    def _measure_facts(self, request: EvalRequest) -> GpuFacts | None:
+        raw = self._run_raw([request.model_copy(update={"timeout_s": _FACTS_TIMEOUT_S})], "facts")[0]
+        if isinstance(raw, EvalResult):
+            log.warning("%s: no device facts (%s)", request.task_key, raw.error_excerpt.splitlines()[0][:200])
+            return None
+        if not isinstance(raw, dict) or raw.get("facts") is None:
+            excerpt = str(raw.get("excerpt", "")) if isinstance(raw, dict) else repr(raw)
+            log.warning("%s: no device facts (%s)", request.task_key, excerpt[-300:])
+            return None
+        try:
+            return GpuFacts.model_validate(raw["facts"])
+        except ValidationError as e:
+            log.warning("%s: invalid device facts from the worker: %s", request.task_key, e)
+            return None
+
     def compile_outcomes(self, requests: Sequence[EvalRequest]) -> list[dict[str, Any]]:
         """Import each candidate in a worker without running it (builds its CUDA extensions); see compile_cache."""
         return self._run_raw(list(requests), "compile")
@@ -237,6 +280,7 @@ class SubprocessEvaluator:
         env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
         env["HTAM_VARIANT_CACHE"] = str(self.cache_dir / "variants")
         env["HTAM_SOL_CACHE"] = str(self.cache_dir / "sol")
+        env["HTAM_FACTS_CACHE"] = str(self.cache_dir / "facts")
         payload = json.dumps(
             {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
         )
@@ -352,6 +396,26 @@ class SubprocessEvaluator:
         ext = Path(extension_dir(str(self.cache_dir / "torch_extensions"), req.candidate_source))
         for lock in ext.glob("*/lock"):
             lock.unlink(missing_ok=True)
+
+
+def _installed(package: str) -> str:
+    """The installed version of `package` (read from its metadata, never imported), "" when absent."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _dump(facts: GpuFacts | None) -> dict[str, Any] | None:
+    return facts.model_dump(mode="json") if facts is not None else None
+
+
+def _valid_facts(cached: Any) -> dict[str, Any] | None:
+    """A stored facts object that still validates (None: measure again; a stored failure is never reused)."""
+    try:
+        return GpuFacts.model_validate(cached).model_dump(mode="json") if isinstance(cached, dict) else None
+    except ValidationError:
+        return None
 
 
 def _with_tail(run: WorkerRun) -> str:

@@ -56,7 +56,14 @@ from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["evaluate_here", "WorkerState"]
+__all__ = [
+    "evaluate_here",
+    "load_task_variant",
+    "main_overrides",
+    "variant_label",
+    "variants_for",
+    "WorkerState",
+]
 
 _EXTRA_TRIALS = 2  # trials per extra shape variant
 
@@ -139,6 +146,26 @@ def _load_task(req: EvalRequest, overrides: dict[str, Any]) -> types.ModuleType:
         return module
     except TaskError as e:
         raise HarnessFailure(str(e)) from e
+
+
+def variants_for(req: EvalRequest) -> list[dict[str, Any]]:
+    """The overrides of the request's main shape variant, then of its extra variants (cached on disk)."""
+    return _variants(req)
+
+
+def main_overrides(req: EvalRequest) -> dict[str, Any]:
+    """The overrides of the request's main shape variant."""
+    return _variants(req)[0]
+
+
+def load_task_variant(req: EvalRequest, overrides: dict[str, Any]) -> types.ModuleType:
+    """The task module at one variant (HarnessFailure when it does not load)."""
+    return _load_task(req, overrides)
+
+
+def variant_label(shape: str, overrides: dict[str, Any]) -> str:
+    """`default`, or the shape name with the variant's size overrides (`smoke {N=64}`)."""
+    return _variant_label(shape, overrides)
 
 
 def _variant_label(shape: str, overrides: dict[str, Any]) -> str:

@@ -10,6 +10,9 @@ Protocol (the caller is `evaluator.py`):
   every wait for the GPU (memory budget, shared or exclusive lock; gpulock.py), which the caller does not count
   against the request's timeout (a candidate that forged "queued" would only trade its timeout for the
   evaluator's cap on waiting, `_MAX_QUEUE_S`, and an infra_error);
+- mode "facts": one JSON line per request, `{"facts": GpuFacts | null, "excerpt": str}` (facts.py): the device,
+  the reference's time, floor and kernels, and the kernels of the request's candidate when it is a kernel;
+- under `TRITON_INTERPRET=1`, `@triton.autotune` keeps its first config (interp.py) before any candidate loads;
 - env `HTAM_EXT_ROOT`: torch extensions are built under `<root>/<sha256(candidate)[:16]>` (a re-evaluation of the
   same source is warm; two different candidates never share a build dir or its lock).
 Both paths are removed from the environment before any candidate code runs. The nonce is checked by the
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # Imported before the candidate: these modules capture the timers and install the guards.
-from htam_graph.kernels_runtime import harness, measure
+from htam_graph.kernels_runtime import facts, harness, interp, measure
 from htam_graph.kernels_runtime.excerpt import exception_excerpt
 from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
 from htam_graph.kernels_runtime.paths import extension_dir
@@ -64,12 +67,22 @@ def _compile_only(req: EvalRequest, workdir: Path) -> dict[str, Any]:
     return {"ok": True, "compile_s": time.perf_counter() - start, "excerpt": ""}
 
 
+def _facts(req: EvalRequest, workdir: Path) -> dict[str, Any]:
+    """The facts for one request, or None with the reason (a failure here never fails a run)."""
+    try:
+        return {"facts": facts.collect(req, workdir).model_dump(mode="json"), "excerpt": ""}
+    except Exception as e:
+        return {"facts": None, "excerpt": exception_excerpt(e)}
+
+
 def main() -> int:
     result_path = os.environ.pop("HTAM_RESULT_PATH")
     progress_path = os.environ.pop("HTAM_PROGRESS_PATH")
     ext_root = os.environ.pop("HTAM_EXT_ROOT", "")
     harness.VARIANT_CACHE_DIR = os.environ.pop("HTAM_VARIANT_CACHE", "")
     measure.SOL_CACHE_DIR = os.environ.pop("HTAM_SOL_CACHE", "")
+    facts.FACTS_CACHE_DIR = os.environ.pop("HTAM_FACTS_CACHE", "")
+    interp.autotune_first_config()
     payload = json.loads(sys.stdin.read())
     nonce, mode = str(payload["nonce"]), str(payload.get("mode", "eval"))
     requests = [EvalRequest.model_validate(r) for r in payload["requests"]]
@@ -88,7 +101,9 @@ def main() -> int:
                 os.environ["TORCH_EXTENSIONS_DIR"] = extension_dir(ext_root, req.candidate_source)
             if state is not None:
                 state.progress = _forward_progress(progress, i)
-            if state is None:
+            if mode == "facts":
+                result = _facts(req, workdir)
+            elif state is None:
                 result = _compile_only(req, workdir)
             else:
                 result = harness.evaluate_here(req, state).model_dump(mode="json")

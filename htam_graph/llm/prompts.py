@@ -1,9 +1,12 @@
 """Render a `GenerationRequest` into the three parts of an LLM prompt.
 
 The parts, in the order they are sent (so that provider prompt caches see a stable prefix):
-1. `system`: the role and the task rules (stable for a run: language, precision policy, device);
-2. `memory`: the chosen strategy's memory context (large and stable across steps of that strategy);
-3. `user`: the step message (task source, current best, feedback, direction, strategy).
+1. `system`: the role, the rules (one library policy, the precision policy), where the kernel runs (the
+   device facts: the CPU interpreter, or the GPU, its versions, the inputs, the reference's time, floor and
+   kernels) and the task's reference: all stable for a run;
+2. `memory`: the offered strategies' memory context (stable while the direction and its evidence are);
+3. `user`: the step message (current best, feedback with the last candidate's code, the best's profile,
+   direction, which strategy to apply).
 
 Templates are Markdown files in `htam_graph/prompts/` rendered with `string.Template` (`$name`
 placeholders, `$$` for a literal dollar). A directory given to `load_templates` overrides any of them.
@@ -18,7 +21,9 @@ from pathlib import Path
 from string import Template
 
 from htam_graph.errors import ConfigError
-from htam_graph.model import GenerationRequest, Language, LocalStrategy, PrecisionPolicy
+from htam_graph.llm.device_text import best_section, device_section
+from htam_graph.model import GenerationRequest, Language, PrecisionPolicy
+from htam_graph.state import reference_as_candidate
 
 _TEMPLATE_FILES = ("system.md", "step.md", "memory.md", "lang_triton.md", "lang_cuda.md")
 
@@ -100,7 +105,7 @@ def render_prompt(request: GenerationRequest, templates: PromptTemplates | None 
 
 
 def render_system(request: GenerationRequest, tpl: PromptTemplates) -> str:
-    """The role and rules; depends only on language, precision policy and device (stable for a run)."""
+    """The role, the rules, the device and the task; stable for a run (prompt caches cover it)."""
     lang_file = "lang_triton.md" if request.language == Language.TRITON else "lang_cuda.md"
     return tpl.render(
         "system.md",
@@ -108,12 +113,16 @@ def render_system(request: GenerationRequest, tpl: PromptTemplates) -> str:
         language_rules=tpl.texts[lang_file].rstrip("\n"),
         precision_rules=_PRECISION_RULES[request.precision_policy],
         tolerance=_TOLERANCES[request.precision_policy],
-        device=request.device,
+        device_section=device_section(request),
+        task_key=request.task.key,
+        task_name=request.task.name,
+        op_tags=", ".join(request.task.op_tags) or "none",
+        task_source=request.task.source.strip("\n"),
     ).strip()
 
 
 def render_memory(request: GenerationRequest, tpl: PromptTemplates) -> str:
-    """The strategy's memory block, or "" when the request carries none."""
+    """The offered strategies' memory block, or "" when the request carries none."""
     if not request.memory_context.strip():
         return ""
     return tpl.render("memory.md", memory_context=request.memory_context.strip()).strip()
@@ -127,50 +136,46 @@ def render_step(request: GenerationRequest, tpl: PromptTemplates) -> str:
         for label, items in (("Goals", direction.goals), ("Risks", direction.risks))
         if items
     )
+    profile = best_section(request)
     return tpl.render(
         "step.md",
         step=str(request.step),
         task_key=request.task.key,
-        task_name=request.task.name,
-        op_tags=", ".join(request.task.op_tags) or "none",
-        language_name=_LANGUAGE_NAMES[request.language],
-        task_source=request.task.source.strip("\n"),
-        base_source=request.base_source.strip("\n"),
+        base_block=_base_block(request),
         state_summary=request.state_summary.strip() or "No feedback yet: this is the first attempt.",
+        best_profile=f"\n{profile}\n" if profile else "",
         direction_name=direction.name,
         direction_key=direction.key,
         direction_intent=direction.intent.strip(),
         direction_details=details,
-        strategy_block=_strategy_block(request.strategy) + _alternatives_block(request),
+        strategy_block=_strategy_block(request),
     ).strip()
 
 
-def _alternatives_block(request: GenerationRequest) -> str:
-    """The other strategies of the direction, for the model to choose from (the local choice is the LLM's)."""
-    if not request.alternatives:
-        return ""
-    lines = [
-        "",
-        "",
-        "Other strategies under this direction (apply one of these instead if the feedback makes it more "
-        "promising):",
-    ]
-    for alt in request.alternatives:
-        first = alt.pattern.strip().split(". ")[0].rstrip(".")
-        lines.append(f"- `{alt.key}` ({alt.name}): {first}.")
-    lines.append("")
-    lines.append("Begin your answer with one line `STRATEGY: <key>` naming the strategy you apply.")
-    return "\n".join(lines)
+def _base_block(request: GenerationRequest) -> str:
+    """The current best source, or one line when it is still the reference (shown once, in the task)."""
+    if request.base_source.strip() == reference_as_candidate(request.task.source).strip():
+        return "The reference itself (the task's `Model` above): no kernel has been kept yet."
+    return f"```python\n{request.base_source.strip(chr(10))}\n```"
 
 
-def _strategy_block(strategy: LocalStrategy | None) -> str:
-    if strategy is None:
-        return "No specific strategy: choose the most promising change within the direction above."
-    lines = [f"**{strategy.name}** (`{strategy.key}`): {strategy.pattern.strip()}"]
-    if strategy.applicable_when:
-        lines.append("Applies when: " + "; ".join(strategy.applicable_when))
-    if strategy.checks:
-        lines.append("Check: " + "; ".join(strategy.checks))
-    if strategy.risks:
-        lines.append("Risks: " + "; ".join(strategy.risks))
-    return "\n".join(lines)
+def _strategy_block(request: GenerationRequest) -> str:
+    """Which strategy to apply; its description is in the memory block (never repeated here)."""
+    none = (
+        f"If {'none of them applies' if request.alternatives else 'it does not apply'} to this task, write "
+        "`STRATEGY: none` and make the change you judge best within the direction."
+    )
+    s = request.strategy
+    if s is None:
+        return (
+            "No specific strategy: choose the most promising change within the direction above and write "
+            "`STRATEGY: none`."
+        )
+    where = (
+        "described in the memory above" if request.memory_context.strip() else f"pattern: {s.pattern.strip()}"
+    )
+    text = f"Apply **{s.name}** (`{s.key}`), {where}."
+    if request.alternatives:
+        keys = ", ".join(f"`{a.key}`" for a in request.alternatives)
+        text += f" Or apply one of the other strategies listed there ({keys}) if the feedback makes it more promising."
+    return f"{text} {none}"

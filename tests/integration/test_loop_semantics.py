@@ -118,8 +118,8 @@ class DegenerateEvaluator(VerdictEvaluator):
 @pytest.mark.parametrize("on_cpu", [False, True], ids=["gpu", "cpu"])
 def test_a_degenerate_task_on_a_gpu_returns_the_reference(seeded, on_cpu: bool) -> None:  # type: ignore[no-untyped-def]
     """A correct kernel on a degenerate task earns nothing. On a GPU it was timed (here 0.93x eager) and its
-    check cannot tell it from a copy of the input: the reference is returned. On the CPU the first correct
-    kernel is kept, unclaimed at 1.0x, so that `best.py` is a real kernel."""
+    check cannot tell it from a copy of the input: the reference is returned. On the CPU the latest correct
+    kernel is kept, unclaimed at 1.0x, so that `best.py` is a real kernel and the next step starts from it."""
     gen = ScriptedGenerator([_kernel("correct 0.93"), _kernel("correct 1.4")])
     result = _loop(seeded, gen, DegenerateEvaluator(on_cpu), steps=2).run(_task())
     assert [s.status for s in result.steps] == ["correct", "correct"] and all(
@@ -127,7 +127,7 @@ def test_a_degenerate_task_on_a_gpu_returns_the_reference(seeded, on_cpu: bool) 
     )
     assert result.best_speedup_x == 1.0
     if on_cpu:
-        assert not result.best_is_reference and result.best_step == 1 and "correct 0.93" in result.best_source
+        assert not result.best_is_reference and result.best_step == 2 and "correct 1.4" in result.best_source
     else:
         assert result.best_is_reference and result.best_step is None
 

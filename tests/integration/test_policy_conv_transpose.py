@@ -35,8 +35,8 @@ def p_actionable(store: Any, history: list[str], arch: str) -> dict[str, float]:
     return {k: v / total for k, v in pool.items()}
 
 
-def cpu_attempt(key: str, prev: str, dst: str) -> AttemptRecord:
-    """A correct candidate timed on the CPU: recorded with gain 0 (CPU timings are no speed claim)."""
+def null_attempt(key: str, prev: str, dst: str) -> AttemptRecord:
+    """A correct candidate that was not faster on the GPU: gain 0. (A CPU attempt is no evidence at all.)"""
     return AttemptRecord(
         key=key,
         run_key="r",
@@ -48,7 +48,7 @@ def cpu_attempt(key: str, prev: str, dst: str) -> AttemptRecord:
         compiled=True,
         correct=True,
         gain=0.0,
-        gpu_arch="cpu",
+        gpu_arch="sm_90",
         created_ms=1,
     )
 
@@ -65,9 +65,9 @@ def test_seed_alone_favours_switching_direction(store: Any) -> None:
 
 def test_a_null_attempt_makes_repeating_the_direction_less_likely(store: Any) -> None:
     memory.seed_memory(store, load_seed())
-    before = p_actionable(store, [LO], "cpu")[LO]  # step 2 after library_offload, nothing recorded yet
-    memory.record_attempts(store, [cpu_attempt("s2", LO, LO)])  # step 2 repeated it and earned nothing
-    after = p_actionable(store, [LO, LO], "cpu")[LO]  # step 3
+    before = p_actionable(store, [LO], "sm_90")[LO]  # step 2 after library_offload, nothing recorded yet
+    memory.record_attempts(store, [null_attempt("s2", LO, LO)])  # step 2 repeated it and earned nothing
+    after = p_actionable(store, [LO, LO], "sm_90")[LO]  # step 3
     assert before == pytest.approx(0.269, abs=1e-3)
     assert after < before  # was 0.397 when the unseeded LO->LO was shrunk towards the seed's prior gain
 
