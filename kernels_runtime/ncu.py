@@ -149,7 +149,9 @@ def _run_ncu(
         path = Path(tmp) / "request.json"
         path.write_text(request.model_dump_json(), encoding="utf-8")
         cmd = [
-            exe, "--csv", "--target-processes", "all", "--profile-from-start", "off",
+            # --clock-control none: measure the GPU at the clocks it runs at; ncu's default locks them to base,
+            # which changes a shared machine's settings and the numbers the timing protocol sees
+            exe, "--csv", "--clock-control", "none", "--target-processes", "all", "--profile-from-start", "off",
             "--kernel-name", f"regex:{re.escape(kernel_base_name(kernel))}", "--launch-count", "1",
             "--metrics", ",".join(METRICS), python, "-m", "htam_graph.kernels_runtime.ncu_target", str(path),
         ]  # fmt: skip
