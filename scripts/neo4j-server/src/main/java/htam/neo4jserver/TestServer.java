@@ -66,7 +66,7 @@ public final class TestServer {
         deleteTree(store); // a fresh database every start: the initial password only applies to a new store
         setInitialPassword(data, password);
 
-        // APOC reads its settings from apoc.conf, the environment and system properties (these win over none).
+        // APOC's settings: the environment first, then system properties, then apoc.conf (there is none here).
         System.setProperty("apoc.import.file.enabled", "true");
         System.setProperty("apoc.export.file.enabled", "true");
 
