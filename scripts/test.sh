@@ -21,6 +21,24 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     echo "warning: chromium is missing and cannot be installed here (needs root and apt-get)" >&2
   fi
 fi
+# --- Neo4j test server (scripts/neo4j-test-server) ------------------------------------------------------------
+# Unless NEO4J_URI already names a test database, start the repo's Neo4j (built with Maven on first use) and
+# stop it on exit, so every backend-parametrised test runs on FalkorDB and on Neo4j. Under CI=true a server
+# that does not start fails the run; elsewhere the Neo4j tests then skip, saying why.
+if [ -z "${NEO4J_URI:-}" ]; then
+  neo4j_was_running=false
+  scripts/neo4j-test-server status 2>/dev/null && neo4j_was_running=true
+  if neo4j_env=$(scripts/neo4j-test-server start); then
+    [ "$neo4j_was_running" = true ] || trap 'scripts/neo4j-test-server stop' EXIT  # only the one started here
+    eval "$neo4j_env"
+  elif [ "${CI:-}" = true ]; then
+    echo "error: the Neo4j test server did not start (CI=true): failing rather than skipping its tests" >&2
+    exit 1
+  else
+    echo "warning: the Neo4j test server did not start; the Neo4j tests will be skipped" >&2
+  fi
+fi
+# --- end of the Neo4j block -------------------------------------------------------------------------------------
 export TRITON_INTERPRET=1
 set +e
 .venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --dist loadgroup tests "$@"

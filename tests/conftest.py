@@ -3,7 +3,10 @@
 - `embedded_server` (session): `ServerInfo` of an embedded FalkorDB in a short temp folder under /tmp; stopped
   and removed at the end of the session.
 - `store` (function): a `GraphStore` on a fresh, empty graph with the schema applied. Parametrised over the
-  backends: "falkordb" always runs; "neo4j" runs when `NEO4J_URI` is set and is skipped, saying so, otherwise.
+  backends: "falkordb" always runs; "neo4j" runs when `NEO4J_URI` is set and is skipped, saying so, otherwise
+  (under `CI=true` it fails instead: scripts/test.sh starts a Neo4j test server, so CI always has one).
+- `neo4j_store` (function): a `Neo4jStore` on the emptied test database with the schema applied, for tests that
+  need Neo4j itself (skipped or failed as above). `neo4j_server` (function): the connection settings alone.
 - `store_factory` (function): `make(graph_name=None, apply_schema=True) -> FalkorDBStore`, for tests that need
   several graphs (export one, import into another); every graph it made is deleted afterwards.
 - `htam_settings` (function): `Settings` whose embedded home is the session server's and whose graph is fresh,
@@ -21,7 +24,9 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,27 +96,61 @@ def htam_settings(embedded_server: ServerInfo) -> Iterator[Settings]:
     cleanup.close()
 
 
+@dataclass(frozen=True)
+class Neo4jServer:
+    """Where the Neo4j tests connect (from NEO4J_* and, for the repo's test server, HTAM_NEO4J_* variables)."""
+
+    uri: str
+    username: str
+    password: str
+    database: str | None
+    http_url: str  # the HTTP connector (Neo4j Browser at http_url + "browser/"); "" when unknown
+    import_dir: str  # the server's import folder on this machine (file:/// URLs); "" when unknown
+
+
+def require_neo4j() -> Neo4jServer:
+    """The Neo4j settings, or skip (fail under CI=true) when NEO4J_URI is not set."""
+    uri = os.environ.get("NEO4J_URI", "")
+    if not uri:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but NEO4J_URI is not set: scripts/test.sh starts the Neo4j test server")
+        pytest.skip("NEO4J_URI is not set: the Neo4j backend is not tested here")
+    return Neo4jServer(
+        uri=uri,
+        username=os.environ.get("NEO4J_USERNAME", "neo4j"),
+        password=os.environ.get("NEO4J_PASSWORD", ""),
+        database=os.environ.get("NEO4J_DATABASE") or None,
+        http_url=os.environ.get("HTAM_NEO4J_HTTP_URL", ""),
+        import_dir=os.environ.get("HTAM_NEO4J_IMPORT_DIR", ""),
+    )
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest) -> Iterator[GraphStore]:
     """A GraphStore on a fresh, empty graph with the schema applied, for each backend present."""
     if request.param == "neo4j":
-        if not os.environ.get("NEO4J_URI"):
-            pytest.skip("NEO4J_URI is not set: the Neo4j backend is not tested here")
-        yield from _neo4j_store()
+        yield from _neo4j_store(require_neo4j())
         return
     make: Callable[..., FalkorDBStore] = request.getfixturevalue("store_factory")
     yield make()
 
 
-def _neo4j_store() -> Iterator[GraphStore]:
+@pytest.fixture
+def neo4j_server() -> Neo4jServer:
+    """The Neo4j connection settings (skips, or fails under CI=true, without NEO4J_URI)."""
+    return require_neo4j()
+
+
+@pytest.fixture
+def neo4j_store(neo4j_server: Neo4jServer) -> Iterator[GraphStore]:
+    """A Neo4jStore on the emptied test database, schema applied; emptied again afterwards."""
+    yield from _neo4j_store(neo4j_server)
+
+
+def _neo4j_store(server: Neo4jServer) -> Iterator[GraphStore]:
     from htam_graph.store.neo4j_store import Neo4jStore
 
-    store = Neo4jStore(
-        os.environ["NEO4J_URI"],
-        os.environ.get("NEO4J_USERNAME", "neo4j"),
-        os.environ.get("NEO4J_PASSWORD", ""),
-        database=os.environ.get("NEO4J_DATABASE") or None,
-    )
+    store = Neo4jStore(server.uri, server.username, server.password, database=server.database)
     try:
         _claim_neo4j_test_database(store)
         _wipe_neo4j_test_data(store)
@@ -139,3 +178,24 @@ def _claim_neo4j_test_database(store: Any) -> None:
 
 def _wipe_neo4j_test_data(store: Any) -> None:
     store.run_text("MATCH (n) WHERE NOT n:HtamTestMarker DETACH DELETE n")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line counting the tests marked `neo4j` by outcome, so a run shows how much ran against Neo4j."""
+    outcomes: dict[str, str] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport) or "neo4j" not in report.keywords:
+                continue
+            known = outcomes.get(report.nodeid)
+            if report.failed:
+                outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
+            elif report.skipped and known is None:
+                outcomes[report.nodeid] = "skipped"
+            elif report.passed and report.when == "call" and known is None:
+                outcomes[report.nodeid] = "passed"
+    if outcomes:
+        counts = Counter(outcomes.values())
+        text = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped") if counts[k])
+        where = os.environ.get("NEO4J_URI") or "no NEO4J_URI"
+        terminalreporter.write_line(f"neo4j-marked tests: {text} ({where})")

@@ -24,7 +24,8 @@ from htam_graph.store.values import check_columns, check_values, to_plain
 log = logging.getLogger(__name__)
 
 _SCHEMES = ("neo4j", "neo4j+s", "neo4j+ssc", "bolt", "bolt+s", "bolt+ssc")
-_WRITE_RE = re.compile(r"\b(CREATE|MERGE|SET|DELETE|REMOVE|DROP|FOREACH)\b", re.IGNORECASE)
+# CALL: a procedure may write (apoc.import.json), and Neo4j refuses a write sent in read access mode
+_WRITE_RE = re.compile(r"\b(CREATE|MERGE|SET|DELETE|REMOVE|DROP|FOREACH|CALL)\b", re.IGNORECASE)
 _ERRNO_RE = re.compile(r"\[Errno -?\d+\]\s*")
 
 

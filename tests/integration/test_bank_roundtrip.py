@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import runpy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ SEED = SeedMemory(
     locals=[LocalStrategy(key="gb.y", name="y", global_key="gb", languages=["triton"], pattern="p")],
     transitions=[TransitionPrior(src="ga", dst="gb", rationale="why", risks=["r"])],
 )
+stats = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("bank_stats").stats
 
 
 def attempts(prefix: str, n: int, arch: str = "sm_90") -> list[AttemptRecord]:
@@ -48,36 +50,6 @@ def attempts(prefix: str, n: int, arch: str = "sm_90") -> list[AttemptRecord]:
             )
         )
     return out
-
-
-def stats(store: Any) -> dict[str, Any]:
-    """Counts per label/type plus every stat the policy reads (sums rounded to 1e-9)."""
-
-    def rows(text: str) -> list[Any]:
-        return sorted(
-            tuple(round(v, 9) if isinstance(v, float) else v for v in r.values())
-            for r in store.run_text(text)
-        )
-
-    summary = memory.memory_summary(store)
-    return {
-        "labels": {k: v for k, v in summary.labels.items() if k not in {"SeedInfo", "SchemaVersion"}},
-        "rels": summary.relationships,
-        "globals": rows(
-            "MATCH (g:Global) RETURN g.key, g.attempts, g.successes, g.gain_sum, g.compile_failures"
-        ),
-        "locals": rows("MATCH (l:Local) RETURN l.key, l.attempts, l.positives, l.negatives, l.gain_sum"),
-        "transitions": rows(
-            "MATCH (a)-[t:TRANSITION]->(b) RETURN a.key, b.key, t.gpu_arch, t.count, t.successes, t.gain_sum, t.compile_failures, t.rationale"
-        ),
-        "stats_on": rows(
-            "MATCH (a)-[t:STATS_ON]->(b) RETURN a.key, b.key, t.attempts, t.successes, t.gain_sum, t.compile_failures"
-        ),
-        "evidence_on": rows(
-            "MATCH (a)-[t:EVIDENCE_ON]->(b) RETURN a.key, b.key, t.attempts, t.positives, t.negatives, t.gain_sum"
-        ),
-        "links": rows("MATCH (a:Attempt)-[r]->(b) RETURN a.key, type(r), b.key, r.positive"),
-    }
 
 
 @pytest.fixture

@@ -285,10 +285,16 @@ _WORKER = textwrap.dedent("""
     from pathlib import Path
     from htam_graph import memory
     from htam_graph.model import AttemptRecord
-    from htam_graph.store.falkordb_store import FalkorDBStore
 
-    def work(socket, graph, worker, batches, size, barrier):
-        store = FalkorDBStore(Path(socket), graph)
+    def open_store(where):
+        if where["dialect"] == "neo4j":
+            from htam_graph.store.neo4j_store import Neo4jStore
+            return Neo4jStore(where["uri"], where["username"], where["password"], database=where["database"])
+        from htam_graph.store.falkordb_store import FalkorDBStore
+        return FalkorDBStore(Path(where["socket"]), where["graph"])
+
+    def work(where, worker, batches, size, barrier):
+        store = open_store(where)
         barrier.wait()
         for b in range(batches):
             recs = [AttemptRecord(key=f"w{worker}-{b}-{i}", run_key=f"r{worker}", task_key="t", step=i,
@@ -302,9 +308,23 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def test_four_processes_lose_no_increment(store: Any, embedded_server: Any, tmp_path: Path) -> None:
-    if getattr(store, "dialect", "") != "falkordb":
-        pytest.skip("the worker opens the embedded store")
+def _where(store: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """How a worker process opens the same graph as `store` (the embedded socket, or the Neo4j settings)."""
+    if store.dialect == "neo4j":
+        server = request.getfixturevalue("neo4j_server")
+        return {
+            "dialect": "neo4j",
+            "uri": server.uri,
+            "username": server.username,
+            "password": server.password,
+            "database": server.database,
+        }
+    embedded = request.getfixturevalue("embedded_server")
+    return {"dialect": "falkordb", "socket": str(embedded.socket_path), "graph": store.graph_name}
+
+
+def test_four_processes_lose_no_increment(store: Any, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Four writer processes record 120 attempts at once into one graph (FalkorDB, and Neo4j when configured)."""
     memory.seed_memory(store, tiny_seed())
     (tmp_path / "htam_memory_worker.py").write_text(_WORKER)
     sys.path.insert(0, str(tmp_path))
@@ -313,12 +333,9 @@ def test_four_processes_lose_no_increment(store: Any, embedded_server: Any, tmp_
 
         ctx = multiprocessing.get_context("spawn")
         barrier = ctx.Barrier(4)
+        where = _where(store, request)
         procs = [
-            ctx.Process(
-                target=htam_memory_worker.work,
-                args=(str(embedded_server.socket_path), store.graph_name, w, 5, 6, barrier),
-            )
-            for w in range(4)
+            ctx.Process(target=htam_memory_worker.work, args=(where, w, 5, 6, barrier)) for w in range(4)
         ]
         for p in procs:
             p.start()

@@ -1,9 +1,14 @@
-"""`memory push / pull`: the copy through the portable bank (here between two real embedded graphs: the same
-code path as with Neo4j, whose server cannot be installed here), idempotence, and a refused Neo4j port for real."""
+"""`memory push / pull`: the copy through the portable bank between two embedded graphs, idempotence, a refused
+Neo4j port, and (marker neo4j) a recorded bank pushed to a real Neo4j server and pulled back into a fresh
+embedded graph with every count and sum unchanged."""
 
 from __future__ import annotations
 
+import runpy
 import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +19,13 @@ from htam_graph.cli.main import _register, cli
 from htam_graph.cli.memsync import copy_bank
 from htam_graph.model import AttemptRecord
 from htam_graph.settings import Settings
+from htam_graph.store.falkordb_store import FalkorDBStore
 
 _register()
 PASSWORD = "pa55-Secret-w0rd"
+# a bank recorded by a real benchmark run (110 attempts over 6 KernelBench tasks)
+RECORDED_BANK = Path(__file__).resolve().parents[1] / "data" / "sample_bench" / "memory" / "bank.jsonl"
+stats = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("bank_stats").stats
 
 
 def refused_port() -> int:
@@ -95,3 +104,44 @@ def test_bad_uri_and_self_copy_are_refused(htam_settings: Settings) -> None:
     }
     same = CliRunner().invoke(cli, ["memory", "pull", "--from", "bolt://127.0.0.1:1"], env=env)
     assert same.exit_code == 1 and "is the configured store itself" in same.output
+
+
+def run_memory(settings: Settings, graph_name: str, *args: str) -> Result:
+    """`htam-graph --home H memory ARGS` on embedded graph `graph_name`; Neo4j credentials from the environment."""
+    env = {"HTAM_GRAPH_NAME": graph_name, "NEO4J_URI": None, "HTAM_CONFIG": None}
+    result = CliRunner().invoke(cli, ["--home", str(settings.htam_home), "memory", *args], env=env)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture
+def second_graph(embedded_server: Any) -> Iterator[FalkorDBStore]:
+    """Another fresh embedded graph on the session server (deleted afterwards)."""
+    store = FalkorDBStore(embedded_server.socket_path, f"pull_{uuid.uuid4().hex[:12]}")
+    yield store
+    store.delete_graph()
+    store.close()
+
+
+@pytest.mark.neo4j
+def test_push_and_pull_round_trip_a_recorded_bank_through_neo4j(
+    htam_settings: Settings, embedded_server: Any, neo4j_store: Any, neo4j_server: Any, second_graph: Any
+) -> None:
+    imported = run_memory(htam_settings, htam_settings.graph_name, "import", str(RECORDED_BANK))
+    assert "110 new attempts" in imported.output
+    local = FalkorDBStore(embedded_server.socket_path, htam_settings.graph_name)
+    try:
+        pushed = run_memory(htam_settings, htam_settings.graph_name, "push", "--to", neo4j_server.uri)
+        assert f"to {neo4j_server.uri}: 110 new attempts, 0 already there" in pushed.output
+        expected = stats(local)
+        assert expected["labels"]["Attempt"] == 110 and expected["rels"]["TRANSITION"] > 0
+        assert stats(neo4j_store) == expected
+        again = run_memory(htam_settings, htam_settings.graph_name, "push", "--to", neo4j_server.uri)
+        assert "0 new attempts, 110 already there" in again.output
+        assert stats(neo4j_store) == expected  # pushing twice adds nothing
+
+        pulled = run_memory(htam_settings, second_graph.graph_name, "pull", "--from", neo4j_server.uri)
+        assert f"from {neo4j_server.uri}: 110 new attempts, 0 already there" in pulled.output
+        assert stats(second_graph) == expected
+    finally:
+        local.close()
