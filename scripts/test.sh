@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: install into ./.venv and run the test suite on every core (pytest-xdist; the Neo4j
-# tests share one database and so one worker: tests/conftest.py groups them). HTAM_TEST_WORKERS=0 runs it serially.
+# The README's test command: install into ./.venv and run the test suite, on every core (pytest-xdist) but for the
+# Neo4j tests, which run after it in one process. HTAM_TEST_WORKERS=0 runs the first part serially too.
 # Exit code 5 from pytest (no tests collected) is a failure here: a suite that runs nothing proves nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +40,22 @@ if [ -z "${NEO4J_URI:-}" ]; then
 fi
 # --- end of the Neo4j block -------------------------------------------------------------------------------------
 export TRITON_INTERPRET=1
+# Two pytest runs: everything but the Neo4j tests on every core, then the Neo4j tests in one process (they share
+# one database, which each of them empties; pytest-xdist's group scheduling does not keep them together under
+# pytest 9). The marker expressions repeat pyproject's default deselection.
+DEFAULT_MARKS="not gpu and not live and not slow"
 set +e
-.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --dist loadgroup tests "$@"
-rc=$?
+.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" -m "$DEFAULT_MARKS and not neo4j" tests "$@"
+rc_main=$?
+.venv/bin/python -m pytest -q -m "$DEFAULT_MARKS and neo4j" tests "$@"
+rc_neo4j=$?
 set -e
-if [ "$rc" -eq 5 ]; then
+if [ "$rc_main" -eq 5 ] && [ "$rc_neo4j" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose (exit 5)" >&2
   exit 1
 fi
-exit "$rc"
+# Exit 5 of one run alone is a selection ("$@") that holds no test of that part.
+[ "$rc_main" -eq 5 ] && rc_main=0
+[ "$rc_neo4j" -eq 5 ] && rc_neo4j=0
+if [ "$rc_main" -ne 0 ]; then exit "$rc_main"; fi
+exit "$rc_neo4j"

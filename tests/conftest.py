@@ -41,15 +41,6 @@ NEO4J_MARKER_KEY = "htam-test-database"
 BACKENDS = ["falkordb", pytest.param("neo4j", marks=pytest.mark.neo4j)]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`), every Neo4j test runs in one worker: they share one database,
-    which each of them empties (a Community server has one user database)."""
-    for item in items:
-        if item.get_closest_marker("neo4j"):
-            item.add_marker(pytest.mark.xdist_group("neo4j"))
-
-
 def unique_graph_name(prefix: str = "t") -> str:
     """A graph name no other test uses."""
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
