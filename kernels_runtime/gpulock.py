@@ -7,7 +7,10 @@
   other worker's kernels run inside a timed window (they would be time-sliced with the timed kernels and inflate
   them unevenly). The one exception is the torch.compile warm-up (minutes of CPU work under load, one forward on
   the GPU), see timed.time_and_recheck. A timer waiting for the exclusive lock closes a turnstile that new shared holders
-  pass through, so a stream of correctness checks cannot starve it (writer preference).
+  pass through, so a stream of correctness checks cannot starve it (writer preference). It keeps the turnstile
+  closed for at most `HTAM_GPU_TURNSTILE_HOLD_S` (default 10 s) at a time: when one shared user stays inside
+  longer (a candidate whose Triton compile and autotuning take minutes), the turnstile reopens briefly, so the
+  other workers' correctness checks go on beside it instead of queueing behind the timer for minutes.
 - **Device memory is budgeted.** Before any device work an evaluation reserves its estimated peak memory in the
   GPU's ledger and waits while the reservations of live workers would exceed the budget (default 85 % of the
   device). One evaluation larger than the budget still runs when it is alone.
@@ -44,6 +47,7 @@ from pathlib import Path
 __all__ = [
     "LOCK_DIR_ENV",
     "MEMORY_FRACTION_ENV",
+    "TURNSTILE_HOLD_ENV",
     "lock_path",
     "memory_budget",
     "reservations",
@@ -55,6 +59,9 @@ __all__ = [
 LOCK_DIR_ENV = "HTAM_GPU_LOCK_DIR"
 MEMORY_FRACTION_ENV = "HTAM_GPU_MEMORY_FRACTION"
 DEFAULT_MEMORY_FRACTION = 0.85
+TURNSTILE_HOLD_ENV = "HTAM_GPU_TURNSTILE_HOLD_S"
+DEFAULT_TURNSTILE_HOLD_S = 10.0
+_REOPEN_S = 0.5  # how long a timer leaves the turnstile open for waiting shared users before closing it again
 _POLL_S = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _listener: Callable[[str], None] | None = None  # told "queued" / "admitted" around every wait (wait_listener)
@@ -117,18 +124,48 @@ def timing_lock(device_index: int = 0) -> contextlib.AbstractContextManager[None
 @contextlib.contextmanager
 def _through_turnstile(device_index: int, mode: int) -> Iterator[None]:
     """Take the GPU's lock in `mode` after passing the turnstile. A shared user waits there behind a queued
-    timer; a timer holds it while it waits for the exclusive lock, so no new shared user gets in meanwhile."""
+    timer; a timer holds it while it waits for the exclusive lock (for a bounded time, `_enter_exclusive`), so
+    no new shared user gets in meanwhile."""
     path = lock_path(device_index)
-    if path is None:
+    turn = _sibling(device_index, ".turn.lock")
+    if path is None or turn is None:
         yield
         return
     with _waiting():
-        with _flock(_sibling(device_index, ".turn.lock"), fcntl.LOCK_EX):
-            fd = _acquire(path, mode)
+        if mode == fcntl.LOCK_EX:
+            fd = _enter_exclusive(path, turn)
+        else:
+            with _flock(turn, fcntl.LOCK_EX):
+                fd = _acquire(path, mode)
     try:
         yield
     finally:
         _release(fd)
+
+
+def _turnstile_hold_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(TURNSTILE_HOLD_ENV, DEFAULT_TURNSTILE_HOLD_S)))
+    except ValueError:
+        return DEFAULT_TURNSTILE_HOLD_S
+
+
+def _enter_exclusive(path: Path, turn: Path) -> int:
+    """The exclusive lock, taken with the turnstile closed. The turnstile stays closed at most the hold time
+    at a stretch; while a shared user is still inside after that, it reopens for `_REOPEN_S` so the shared
+    users queued behind it pass, then closes again."""
+    hold = _turnstile_hold_s()
+    while True:
+        with _flock(turn, fcntl.LOCK_EX):
+            deadline = time.monotonic() + hold
+            while True:
+                fd = _try_acquire(path, fcntl.LOCK_EX)
+                if fd is not None:
+                    return fd
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_POLL_S)
+        time.sleep(_REOPEN_S)
 
 
 def _budget_bytes(device_index: int) -> int:
@@ -211,6 +248,14 @@ def _acquire(path: Path, mode: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _try_acquire(path: Path, mode: int) -> int | None:
+    """The lock in `mode` if it is free now, else None."""
+    try:
+        return _acquire(path, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
 
 
 def _release(fd: int) -> None:

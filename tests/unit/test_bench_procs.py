@@ -110,6 +110,40 @@ def test_a_waiting_timer_is_not_starved_by_new_shared_users(tmp_path: Path) -> N
     assert spans["B"][0] >= spans["T"][1]  # and the late shared user waited for the timer
 
 
+def test_a_long_shared_user_does_not_queue_the_others_behind_a_waiting_timer(tmp_path: Path) -> None:
+    """A stays inside long (a slow compile); T queues for timing; B arrives later. With a short turnstile hold,
+    B's checks run beside A instead of waiting for A and T, and T still times alone after both left."""
+    env = {
+        **os.environ,
+        gpulock.LOCK_DIR_ENV: str(tmp_path),
+        gpulock.TURNSTILE_HOLD_ENV: "0.5",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+    a = _start_lock_user(env, "A", 5.0)
+    time.sleep(1.5)
+    t = _start_lock_user(env, "T", 0.3)
+    time.sleep(1.0)
+    b = _start_lock_user(env, "B", 0.3)
+    spans = {
+        k: tuple(map(float, p.communicate(timeout=60)[0].split())) for k, p in (("A", a), ("T", t), ("B", b))
+    }
+    assert spans["B"][0] < spans["A"][1]  # B got in while A was still inside
+    assert spans["T"][0] >= max(spans["A"][1], spans["B"][1])  # the timer ran with nobody else inside
+
+
+def _start_lock_user(env: dict[str, str], role: str, hold: float) -> subprocess.Popen[bytes]:
+    script = (
+        "import sys, time\n"
+        "from htam_graph.kernels_runtime import gpulock\n"
+        "role, hold = sys.argv[1], float(sys.argv[2])\n"
+        "cm = gpulock.timing_lock(0) if role == 'T' else gpulock.shared_use(0)\n"
+        "with cm:\n"
+        "    t0 = time.time(); time.sleep(hold); t1 = time.time()\n"
+        "print(t0, t1)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script, role, str(hold)], env=env, stdout=subprocess.PIPE)
+
+
 def test_every_wait_for_the_gpu_is_announced_to_the_listener(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
