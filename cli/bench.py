@@ -51,7 +51,7 @@ from htam_graph.cli.replies import awaiting_line, courier_for
 from htam_graph.cli.run import pick_device
 from htam_graph.errors import ConfigError, HtamError
 from htam_graph.generators import LLMFlags, make_backend
-from htam_graph.loop import POLICIES, RunConfig
+from htam_graph.loop import PolicyName, RunConfig
 from htam_graph.model import Device, EvalRequest, Language, PrecisionPolicy, ShapeVariant
 from htam_graph.settings import Settings
 
@@ -227,7 +227,8 @@ def _finish(
               "repeatable, and further SELECTORs may follow.")  # fmt: skip
 @click.option("--backend", default="rules", show_default=True, help="As for `run`.")
 @click.option("--base-url", default=None, help="Base URL of an OpenAI-compatible or Anthropic endpoint.")
-@click.option("--policy", "policies", type=click.Choice(POLICIES), multiple=True, help="Repeatable [htam].")
+@click.option("--policy", "policies", type=click.Choice([p.value for p in PolicyName]), multiple=True,
+              help="Repeatable [htam].")  # fmt: skip
 @click.option("--steps", type=click.IntRange(1, 100), default=6, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--shape", type=click.Choice(["default", "smoke"]), default="default", show_default=True)
@@ -310,9 +311,10 @@ def bench(
             memory.ensure_seeded(store)  # once, here: workers must not race to seed
             memory.repair_pending(store)  # before any worker writes: a killed worker's half-recorded attempts
             tasks = resolve_selectors(store, all_selectors)
+        chosen = [PolicyName(p) for p in dict.fromkeys(policies or (PolicyName.HTAM,))]
         spec = BenchSpec(
             selectors=all_selectors, task_keys=[t.key for t in tasks], backend=backend, model=model,
-            policies=list(dict.fromkeys(policies or ("htam",))), steps=steps, device=resolved,
+            policies=list(chosen), steps=steps, device=resolved,
             shape=cast(ShapeVariant, shape), seeds=seeds, workers=workers, executor=executor,
             frozen_memory=frozen_memory, precision_policy=PrecisionPolicy(precision),
             language=Language(language), task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s,

@@ -20,7 +20,7 @@ from htam_graph.cli.replies import awaiting_line, courier_for
 from htam_graph.cli.tasksel import resolve_task
 from htam_graph.errors import BackendError, ConfigError
 from htam_graph.generators import LLMFlags, make_backend, run_generator
-from htam_graph.loop import POLICIES, OptimizationLoop, RunConfig, RunResult
+from htam_graph.loop import OptimizationLoop, PolicyName, RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, Task
 from htam_graph.ports import Evaluator, Generator, GraphStore
 from htam_graph.settings import Settings
@@ -147,7 +147,13 @@ def _resumed_note(resume: Any) -> str:
 @click.command("run")
 @click.argument("tasks", nargs=-1, required=True)
 @click.option("--backend", default="rules", show_default=True, help=BACKEND_HELP)
-@click.option("--policy", "policy_name", type=click.Choice(POLICIES), default="htam", show_default=True)
+@click.option(
+    "--policy",
+    "policy_name",
+    type=click.Choice([p.value for p in PolicyName]),
+    default="htam",
+    show_default=True,
+)
 @click.option("--steps", type=click.IntRange(1, 100), default=6, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--shape", type=click.Choice(["default", "smoke"]), default="default", show_default=True)
@@ -229,7 +235,7 @@ def run(
     console = Console(stderr=True, soft_wrap=True)  # lines whole in logs; stdout keeps the JSON
     cfg = RunConfig(
         steps=steps,
-        policy=policy_name,  # type: ignore[arg-type]
+        policy=PolicyName(policy_name),
         device=pick_device(device),
         shape=shape,  # type: ignore[arg-type]
         language=Language(language),

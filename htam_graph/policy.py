@@ -1,9 +1,9 @@
-"""The global-direction policy's pure part: recency weights, softmax with an exploration bonus, seeded sampling,
-and the upper-confidence choice of a local strategy.
+"""The global-direction policy's pure part: recency weights, softmax with an exploration bonus, seeded
+sampling, and the upper-confidence choice of a local strategy.
 
 The precedent aggregation itself runs in the graph (`cypher/policy_score.cypher`, called by
-`htam_graph.memory.score_directions`); this module turns its scores into probabilities and choices. Nothing here
-does I/O; every random choice goes through the caller's seeded `random.Random`, so a run is reproducible.
+`htam_graph.memory.score_directions`); this module turns its scores into probabilities and choices. Nothing
+here does I/O; every random choice goes through the caller's seeded `random.Random`, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from htam_graph.model import DirectionScore, LocalStrategy, LocalWithEvidence, P
 
 PolicyMode = Literal["htg", "no-transition", "random"]
 """How directions are scored: `htg` (precedent aggregation over TRANSITION edges), `no-transition` (each
-global's own stats only, the ablation), `random` (uniform). The `flat` ablation is the loop's retrieval mode."""
+global's own stats only, the ablation), `random` (uniform). The `flat` ablation is the loop's retrieval
+mode."""
 
 POLICY_MODES: tuple[PolicyMode, ...] = ("htg", "no-transition", "random")
 
@@ -41,8 +42,9 @@ def with_probabilities(
 ) -> list[DirectionScore]:
     """Softmax over `score + explore_bonus / sqrt(1 + support)` at `temperature`.
 
-    Returns the scores with `probability` filled, sorted by probability (then score) descending, key ascending.
-    The maximum logit is subtracted before exponentiating, so a tiny temperature degrades to argmax (ties share).
+    Returns the scores with `probability` filled, sorted by probability (then score) descending, key
+    ascending. The maximum logit is subtracted before exponentiating, so a tiny temperature degrades to argmax
+    (ties share).
     """
     items = list(scores)
     if not items:
@@ -91,10 +93,10 @@ def sample_direction(
 
 
 def drawn_probability(scored: Sequence[DirectionScore], key: str, exclude: Iterable[str] = ()) -> float:
-    """The chance `sample_direction(scored, rng, exclude)` had of returning `key`: its probability renormalised
-    over the non-excluded directions (uniform among them when every probability underflowed), 0.0 when `key` is
-    excluded or not scored. `probability` itself is over every direction, which understates a draw restricted to
-    the directions a task allows (level1/78: 0.066 reported for a 0.269 choice)."""
+    """The chance `sample_direction(scored, rng, exclude)` had of returning `key`: its probability
+    renormalised over the non-excluded directions (uniform among them when every probability underflowed),
+    0.0 when `key` is excluded or not scored. `probability` itself is over every direction, which understates
+    a draw restricted to the directions a task allows."""
     pool, total = _pool(scored, exclude)
     chosen = next((s for s in pool if s.key == key), None)
     if chosen is None:
@@ -135,7 +137,7 @@ def select_local(candidates: Sequence[LocalWithEvidence], rng: random.Random, c:
     return tied[rng.randrange(len(tied))]
 
 
-# ------------------------------------------------------------------------------------------------ applicability
+# ---------------------------------------------------------------------------------------------- applicability
 GENERIC_TAGS: frozenset[str] = frozenset({"elementwise", "activation", "broadcast"})
 """Op tags nearly every task has (a bias add, an activation): sharing one of them says nothing about whether a
 strategy fits a task that also has a defining operation (a conv, a reduction, a norm)."""
@@ -152,13 +154,14 @@ def relevance(strategy: LocalStrategy, task_tags: Iterable[str]) -> int | None:
     """How specifically a local strategy fits a task (higher: more specific); None when it does not apply.
 
     - A strategy without op tags applies to every task, least specifically (0).
-    - A strategy with `requires_tags` is a combination (a library GEMM/conv and its epilogue, a reduction after a
-      linear map): the task must have one of the required tags and, when the strategy names others, one of those.
-    - A strategy tagged with generic tags only (an elementwise chain, activation math) applies where the task has
-      one of those operations, whatever else it has.
-    - Any other strategy must name one of the task's defining operations (`defining_tags`): one shared generic
-      tag is not enough, so a norm-and-softmax strategy that also lists `elementwise` is not offered for a conv
-      with an elementwise epilogue.
+    - A strategy with `requires_tags` is a combination (a library GEMM/conv and its epilogue, a reduction
+      after a linear map): the task must have one of the required tags and, when the strategy names others,
+      one of those.
+    - A strategy tagged with generic tags only (an elementwise chain, activation math) applies where the task
+      has one of those operations, whatever else it has.
+    - Any other strategy must name one of the task's defining operations (`defining_tags`): one shared
+      generic tag is not enough, so a norm-and-softmax strategy that also lists `elementwise` is not offered
+      for a conv with an elementwise epilogue.
     The value is the number of the task's defining tags the strategy names.
     """
     tags = frozenset(task_tags)
@@ -185,7 +188,8 @@ PRECISION_GLOBAL = "precision"
 
 def allowed_under(strategy: LocalStrategy, precision_policy: PrecisionPolicy) -> bool:
     """Whether a strategy may be offered under the run's precision policy: the reduced-precision direction's
-    strategies never under fp32-strict, where TF32 or bf16 compute fails the 1e-4 check and counts as a hack."""
+    strategies never under fp32-strict, where TF32 or bf16 compute fails the 1e-4 check and counts as a
+    hack."""
     return not (strategy.global_key == PRECISION_GLOBAL and precision_policy is PrecisionPolicy.FP32_STRICT)
 
 
@@ -216,8 +220,8 @@ def rank_offers(
     failure_penalty: float,
 ) -> list[LocalWithEvidence]:
     """The applicable strategies, most relevant first, then by evidence (`evidence_score`), then by key: the
-    order in which they are offered to a model (not by UCB novelty, which puts untried strategies first and cut
-    the ones with real evidence)."""
+    order in which they are offered to a model (not by UCB novelty, which would put untried strategies first
+    and cut the ones with real evidence)."""
     tags = list(task_tags)
     scored = [(relevance(c.strategy, tags), c) for c in candidates]
     usable = [(r, c) for r, c in scored if r is not None]
@@ -232,8 +236,8 @@ def rank_offers(
 
 
 def direction_to_rest(history: Sequence[str], allowed: Sequence[str], run: int = 2) -> str | None:
-    """The direction a draw sets aside so that none comes `run` + 1 times in a row: the one the last `run` steps
-    all took, when another allowed direction exists; None otherwise (or when the run is shorter)."""
+    """The direction a draw sets aside so that none comes `run` + 1 times in a row: the one the last `run`
+    steps all took, when another allowed direction exists; None otherwise (or when the run is shorter)."""
     if run <= 0 or len(history) < run:
         return None
     last = history[-run:]

@@ -1,9 +1,8 @@
 """What one run learns from its own failed steps, for the rest of that run (the memory learns across runs).
 
-On tasks outside the dev split the loop spent all six steps of a run on strategies that failed with the same
-runtime error (`AttributeError: 'ModelNew' object has no attribute '_tensor_constant0'`): each step's failure
-was recorded as negative evidence, but one negative attempt barely moves a strategy's upper-confidence value.
-So:
+A failed step is recorded as negative evidence for its strategy, but one negative attempt barely moves that
+strategy's upper-confidence value: without these lessons a run can spend all its steps on strategies that fail
+with the same error (say `AttributeError: 'ModelNew' object has no attribute '_tensor_constant0'`). So:
 
 - A failed step's *error class* is its error kind, with the exception type for compile and runtime errors
   (`runtime_error:AttributeError`). Infrastructure failures have none: they are not the strategy's failure.
@@ -54,13 +53,12 @@ def inputs_digest(base_source: str) -> str:
 class RunLessons:
     """The failures of one run so far (see the module docstring)."""
 
-    by_class: dict[str, list[str]] = field(
-        default_factory=dict
-    )  # error class -> local keys that failed with it
-    penalties: dict[str, int] = field(default_factory=dict)  # local key -> failures in repeated classes
-    banned: set[tuple[str, str]] = field(
-        default_factory=set
-    )  # (local key, inputs digest) whose candidate raised
+    # error class -> local keys that failed with it
+    by_class: dict[str, list[str]] = field(default_factory=dict)
+    # local key -> failures in repeated classes
+    penalties: dict[str, int] = field(default_factory=dict)
+    # (local key, inputs digest) whose candidate raised
+    banned: set[tuple[str, str]] = field(default_factory=set)
 
     def learn(self, local_key: str | None, kind: ErrorKind | None, excerpt: str, inputs: str) -> bool:
         """Take in one step's outcome; True when its failure repeats a class seen earlier in the run."""

@@ -1,12 +1,15 @@
-"""What a run is configured with and what it returns: `RunConfig`, `StepOutcome`, `RunResult` (and the policies).
+"""What a run is configured with and what it returns: `RunConfig`, `StepOutcome`, `RunResult`, and the
+policies (`PolicyName`).
 
-Plain data, shared by the loop (`loop.py`), its confirmation step (`confirm.py`), the CLI and the bench; the loop
-re-exports them, so `from htam_graph.loop import RunConfig` keeps working.
+Plain data, shared by the loop (`htam_graph/loop/`), the text it hands a generator (`state.py`), the CLI and
+the bench. It imports nothing of the loop; the loop package re-exports these names, so
+`from htam_graph.loop import RunConfig` works as well.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from htam_graph.errors import BackendError
@@ -35,8 +38,19 @@ __all__ = [
     "StepOutcome",
 ]
 
-PolicyName = Literal["htam", "flat", "no-transition", "no-local", "random"]
-POLICIES: tuple[PolicyName, ...] = ("htam", "flat", "no-transition", "no-local", "random")
+
+class PolicyName(StrEnum):
+    """The loop's policies (`--policy`): the full method and its ablations. A member is its CLI string
+    (`PolicyName("no-local") is PolicyName.NO_LOCAL`, `f"{PolicyName.HTAM}" == "htam"`)."""
+
+    HTAM = "htam"  # global directions by precedent aggregation, then a local strategy under them
+    FLAT = "flat"  # retrieval of the most similar past attempts, no hierarchy
+    NO_TRANSITION = "no-transition"  # directions by their own statistics only
+    NO_LOCAL = "no-local"  # the direction only, no local memory
+    RANDOM = "random"  # uniform directions and strategies
+
+
+POLICIES: tuple[PolicyName, ...] = tuple(PolicyName)
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,7 @@ class RunConfig:
     """How one run is carried out (all of it recorded on the Run node)."""
 
     steps: int = 6
-    policy: PolicyName = "htam"
+    policy: PolicyName = PolicyName.HTAM
     device: Device = "cuda"
     shape: ShapeVariant = "default"
     language: Language = Language.TRITON
@@ -54,15 +68,22 @@ class RunConfig:
     trials: int = 5
     timing_runs: int | None = None  # None: 20 on a GPU; 3 on the CPU, where timings are never claims
     record: bool = True  # False: a frozen memory (read, never written)
-    # Before a run returns a kernel, it is checked again on fresh seeds (`confirm_trials` trials; None: 10 on a
-    # GPU, 0 on the CPU). On the H200 a kernel at the edge of the tolerance passed 1 evaluation in 5: five trials
-    # let it through by luck. A kernel that fails its confirmation is not returned (the next best is tried).
+    # Before a run returns a kernel, it is checked again on fresh seeds (`confirm_trials` trials; None: 10 on
+    # a GPU, 0 on the CPU): a kernel at the edge of the tolerance can pass one evaluation in several, so five
+    # trials may let it through by luck. A kernel that fails its confirmation is not returned (the next best
+    # is tried).
     confirm_trials: int | None = None
+
+    def __post_init__(self) -> None:
+        # A policy given by its CLI string becomes the member, so the loop compares members only; an unknown
+        # name raises ValueError here, not in the middle of a run.
+        object.__setattr__(self, "policy", PolicyName(self.policy))
 
     def eval_request(
         self, task: Task, source: str, *, seed: int, trials: int, measure_baselines: bool
     ) -> EvalRequest:
-        """The evaluation of one candidate of this run (a step, or a confirmation with its own seed/trials)."""
+        """The evaluation of one candidate of this run (a step, or a confirmation with its own seed and
+        trials)."""
         return EvalRequest(
             task_key=task.key,
             task_source=task.source,
@@ -80,8 +101,8 @@ class RunConfig:
 
     @property
     def warmup_runs(self) -> int:
-        """Warm-up calls before timing: 3 on a GPU; 1 on the CPU, where each interpreted call costs seconds and
-        the timings are never claims."""
+        """Warm-up calls before timing: 3 on a GPU; 1 on the CPU, where each interpreted call costs seconds
+        and the timings are never claims."""
         return 3 if self.device == "cuda" else 1
 
     @property
@@ -137,9 +158,9 @@ class StepOutcome:
 class PendingStep:
     """A step whose request was made but whose reply has not come yet (the run stopped `awaiting_reply`).
 
-    It holds everything the loop needs to continue exactly where it stopped: the request as sent, the direction
-    the policy drew for it, and the policy's random state after that draw (so the steps after it draw what an
-    uninterrupted run would have drawn). `prompt` is the rendered request (system, memory, user).
+    It holds everything the loop needs to continue exactly where it stopped: the request as sent, the
+    direction the policy drew for it, and the policy's random state after that draw (so the steps after it
+    draw what an uninterrupted run would have drawn). `prompt` is the rendered request (system, memory, user).
     """
 
     step: int
@@ -180,13 +201,13 @@ class RunResult:
     ref_compile_us: float | None = None  # torch.compile baseline, measured once per run (first timed step)
     ref_eager_us: float | None = None  # the eager reference as timed beside the first timed candidate
     first_result: EvalResult | None = None  # where the run was measured (GPU, torch, tolerance), any outcome
-    confirmation: str = (
-        ""  # how the returned kernel was confirmed on fresh seeds (or why candidates were dropped)
-    )
+    # How the returned kernel was confirmed on fresh seeds (or why candidates were dropped).
+    confirmation: str = ""
 
     @property
     def best_speedup_compile_x(self) -> float | None:
-        """Speed-up of the returned kernel over torch.compile (the reference's own ratio when it is returned)."""
+        """Speed-up of the returned kernel over torch.compile (the reference's own ratio when it is
+        returned)."""
         if self.ref_compile_us is None:
             return None
         if self.best_is_reference or self.best_result is None or not self.best_result.runtime_us:

@@ -4,26 +4,24 @@ Pure functions (no I/O). The state summary changes every step; the memory contex
 what its evidence says, and is what an LLM backend caches.
 
 What the texts say, and why:
-- after a failure the failed candidate itself is shown (a numbered diff against the base when it is small, else
-  its numbered source), so `candidate.py:N` in the error excerpt points at a line the model can see; a correct
-  candidate that was not kept is shown the same way, so a stateless model does not lose its own changes;
+- after a failure the failed candidate itself is shown (a numbered diff against the base when it is small,
+  else its numbered source), so `candidate.py:N` in the error excerpt points at a line the model can see; a
+  correct candidate that was not kept is shown the same way, so a stateless model does not lose its own
+  changes;
 - a correct step reports its error margin against the tolerance (max abs error / atol);
 - on the CPU no speed is reported at all (Triton runs interpreted; its timings mean nothing);
-- evidence is this GPU's, with other GPUs' labelled and their weight in the choice stated; lines without evidence
-  are left out, and "correct but not faster" is never called "failed".
+- evidence is this GPU's, with other GPUs' labelled and their weight in the choice stated; lines without
+  evidence are left out, and "correct but not faster" is never called "failed".
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from htam_graph.model import ArchEvidence, AttemptExample, Device, LocalStrategy, LocalWithEvidence, Task
+from htam_graph.runtypes import RunResult, StepOutcome
 from htam_graph.sourceview import candidate_view, first_sentence, kernel_excerpt, tidy_excerpt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from htam_graph.runtypes import RunResult, StepOutcome
 
 __all__ = ["evidence_text", "memory_context", "reference_as_candidate", "state_summary"]
 
@@ -55,7 +53,7 @@ def reference_as_candidate(task_source: str) -> str:
     return "".join(lines)
 
 
-# ------------------------------------------------------------------------------------------------ state summary
+# ---------------------------------------------------------------------------------------------- state summary
 def state_summary(task: Task, result: RunResult, last: StepOutcome | None, device: Device = "cuda") -> str:
     """s_t: the current best, the last candidate's feedback (and its code when it is not the base), and the
     recent trajectory. `task` is described once, in the system part of a prompt, not here."""
@@ -82,8 +80,8 @@ def _best_line(result: RunResult, on_cpu: bool) -> str:
         )
     if on_cpu:
         return (
-            f"Current best: the kernel of step {result.best_step}, the latest correct candidate (on the CPU speed "
-            "is not measured, so the latest correct candidate becomes the base)."
+            f"Current best: the kernel of step {result.best_step}, the latest correct candidate (on the CPU "
+            "speed is not measured, so the latest correct candidate becomes the base)."
         )
     line = f"Current best: step {result.best_step}, {result.best_speedup_x:.2f}x over eager"
     best = result.best_result
@@ -140,7 +138,7 @@ def _trajectory_line(s: StepOutcome, on_cpu: bool) -> str:
     return f"  {s.step}: {s.global_key} / {s.local_key or '-'} -> {outcome}"
 
 
-# ------------------------------------------------------------------------------------------------ memory context
+# --------------------------------------------------------------------------------------------- memory context
 def memory_context(
     local: LocalWithEvidence | None,
     examples: Sequence[AttemptExample],
@@ -150,9 +148,10 @@ def memory_context(
     foreign_weight: float = 0.5,
     flat: bool = False,
 ) -> str:
-    """The offered strategies' memory: the chosen one's pattern, checks, risks and evidence, one worked example
-    and what went wrong with it, then the other strategies of the direction, each in one whole sentence with its
-    evidence. With `flat` (the ablation) there is no hierarchy: only the retrieved past attempts are shown."""
+    """The offered strategies' memory: the chosen one's pattern, checks, risks and evidence, one worked
+    example and what went wrong with it, then the other strategies of the direction, each in one whole
+    sentence with its evidence. With `flat` (the ablation) there is no hierarchy: only the retrieved past
+    attempts are shown."""
     if flat or local is None:
         return _flat(examples)
     s = local.strategy
@@ -217,7 +216,8 @@ def _arch_text(a: ArchEvidence, named: bool) -> str:
 
 
 def _examples(examples: Sequence[AttemptExample], gpu_arch: str) -> list[str]:
-    """One worked example (this GPU's first) as its kernel part, and one line on an attempt that went wrong."""
+    """One worked example (this GPU's first) as its kernel part, and one line on an attempt that went
+    wrong."""
     positives = sorted((e for e in examples if e.positive), key=lambda e: e.gpu_arch != gpu_arch)
     negatives = [e for e in examples if not e.positive]
     out: list[str] = []
@@ -228,8 +228,8 @@ def _examples(examples: Sequence[AttemptExample], gpu_arch: str) -> list[str]:
         speed = f" {ex.speedup_x:.2f}x over eager" if ex.speedup_x else ""
         out += [
             "",
-            f"Worked example ({ex.task_key}{speed} on {ex.gpu_arch or 'a GPU'}; its kernel part, written for that "
-            "task's shapes):",
+            f"Worked example ({ex.task_key}{speed} on {ex.gpu_arch or 'a GPU'}; its kernel part, written for "
+            "that task's shapes):",
             f"```python\n{kernel_excerpt(source, _EXAMPLE_CHARS)}\n```",
         ]
     if negatives:

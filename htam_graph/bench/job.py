@@ -23,7 +23,7 @@ from typing import Any
 
 from htam_graph.errors import BudgetExceeded
 from htam_graph.generators import LLMFlags
-from htam_graph.loop import RunConfig, RunResult
+from htam_graph.loop import PolicyName, RunConfig, RunResult
 from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant, Task
 from htam_graph.settings import Settings
 
@@ -87,7 +87,7 @@ class Job:
     def run_config(self) -> RunConfig:
         return RunConfig(
             steps=self.steps,
-            policy=self.policy,  # type: ignore[arg-type]
+            policy=PolicyName(self.policy),
             device=self.device,
             shape=self.shape,
             language=self.language,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from htam_graph import loop as loop_module
 from htam_graph import memory
 from htam_graph.loop import OptimizationLoop, RunConfig, RunResult
+from htam_graph.loop import run as loop_module  # where a run makes its RunLessons
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult, GenerationReply, GenerationRequest
 from htam_graph.rules import RulesGenerator
 from htam_graph.run_lessons import RunLessons

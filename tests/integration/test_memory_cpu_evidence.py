@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from htam_graph import bank, memory
+from htam_graph.memory import recording, repair
 from htam_graph.model import AttemptRecord, ErrorKind, GlobalDirection, LocalStrategy, SeedMemory
 from htam_graph.settings import PolicySettings
 
@@ -50,7 +51,7 @@ CPU = [
 
 
 def _old_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "is_evidence", lambda r: r.error_kind is not ErrorKind.INFRA_ERROR)
+    monkeypatch.setattr(recording, "is_evidence", lambda r: r.error_kind is not ErrorKind.INFRA_ERROR)
 
 
 def _stats(store: Any) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def test_a_cpu_attempt_an_older_writer_left_pending_is_linked_and_never_counted(
     memory.record_attempts(st, GPU)
     with monkeypatch.context() as m:
         _old_rule(m)  # the old writer marked its CPU attempt for every step, then was killed after the merge
-        st.run("attempt_merge", {"rows": [memory._merge_row(CPU[0])], "token": "t"})
+        st.run("attempt_merge", {"rows": [recording._merge_row(CPU[0])], "token": "t"})
     assert st.run_text("MATCH (a:Attempt {key: 'c1'}) RETURN a.pend_local AS p") == [{"p": True}]
     assert memory.repair_pending(st) == 1
     assert _stats(st) == _stats(clean)
@@ -161,7 +162,7 @@ def test_bank_import_repairs_an_old_bank_and_the_receiving_graph(
         _old_rule(m)
         memory.record_attempts(old_source, GPU + CPU)
         memory.record_attempts(old_target, CPU)
-        m.setattr(memory, "repair_cpu_evidence", lambda store: 0)  # an old version exported it as it was
+        m.setattr(repair, "repair_cpu_evidence", lambda store: 0)  # an old version exported it as it was
         bank.export_bank(old_source, path)
     assert '"key":"cpu"' in path.read_text()  # the old bank carries CPU evidence edges
     fresh = make()

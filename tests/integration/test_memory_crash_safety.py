@@ -1,5 +1,5 @@
 """Crash safety of `memory.record_attempts` on the real engine: a writer killed after any of its statements
-leaves pending markers, and `repair_pending` (or the next `record_attempts`) completes every attempt exactly
+leaves pending markers, and `repair_pending` (or the same `Recorder`'s next call) completes every attempt exactly
 once -- the graph then equals, property for property, the graph of an uninterrupted recording."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from htam_graph import memory
+from htam_graph.memory import recording
 from htam_graph.model import AttemptRecord, GlobalDirection, LocalStrategy, SeedMemory, TransitionPrior
 
 STEPS = (
@@ -26,8 +27,7 @@ class SimulatedCrash(Exception):
 
 
 class NewProcess:
-    """A pass-through GraphStore wrapper: a fresh store object, as the next process after a kill opens one
-    (record_attempts repairs once per store object)."""
+    """A pass-through GraphStore wrapper: a fresh store object, as the next process after a kill opens one."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -161,7 +161,7 @@ def test_repair_after_a_crash_completes_each_attempt_exactly_once(store: Any, st
     # record's properties, no marker, no token, nothing dropped by a property removal.
     stored = {r["k"]: r["p"] for r in q(store, "MATCH (a:Attempt) RETURN a.key AS k, properties(a) AS p")}
     for r in batch_one():
-        expected = {k: v for k, v in memory._attempt_props(r).items() if k not in memory.PENDING_STEPS}
+        expected = {k: v for k, v in recording._attempt_props(r).items() if k not in memory.PENDING_STEPS}
         assert stored[r.key] == {"key": r.key, **expected}
 
 
@@ -181,15 +181,16 @@ def test_another_writer_leaves_them_and_repair_pending_completes_them(store: Any
     assert snapshot(store) == want
 
 
-def test_the_same_store_repairs_again_after_its_own_write_failed(store: Any) -> None:
-    """A writer whose own recording raised half-way finishes that batch on its next call on the same store."""
+def test_the_same_recorder_repairs_again_after_its_own_write_failed(store: Any) -> None:
+    """A writer whose own recording raised half-way finishes that batch on its recorder's next call."""
     want = reference(store, batch_one(), batch_two())
     memory.record_attempts(store, [])  # nothing to do
     crashing = CrashAfter(store, "memory_global_stats")
+    recorder = memory.Recorder(crashing)
     with pytest.raises(SimulatedCrash):
-        memory.record_attempts(crashing, batch_one())
-    crashing.left = -1  # the same store object carries on (the error was not a kill)
-    assert memory.record_attempts(crashing, batch_two()) == len(batch_two())
+        recorder.record_attempts(batch_one())
+    crashing.left = -1  # the same writer carries on (the error was not a kill)
+    assert recorder.record_attempts(batch_two()) == len(batch_two())
     assert pending(store) == {}
     assert snapshot(store) == want
 
@@ -228,8 +229,8 @@ def test_a_repair_overlapping_applied_attempts_adds_only_the_pending_ones(store:
         memory.record_attempts(CrashAfter(store, "attempt_merge"), batch_two())
     # Replay every step over BOTH batches, as a stale repair racing a live writer would: only pending
     # attempts count, so nothing is added twice.
-    memory._apply_steps(store, batch_one() + batch_two())
-    memory._apply_steps(store, batch_one() + batch_two())
+    recording.apply_steps(store, batch_one() + batch_two())
+    recording.apply_steps(store, batch_one() + batch_two())
     assert pending(store) == {}
     assert snapshot(store) == want
     gb = q(store, "MATCH (g:Global {key:'gb'}) RETURN g.attempts AS n, g.gain_sum AS s")[0]

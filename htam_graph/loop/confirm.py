@@ -1,23 +1,22 @@
 """Confirmation of the kernel a run returns: a second, independent evaluation on fresh seeds.
 
-Five trials can let a kernel at the edge of the tolerance through by luck (H200: level2/18's
-reduce-before-linear kernel passed 1 of its 5 evaluations at 1e-4). Before a run returns a kernel it is
-evaluated again with `confirm_trials` trials on seeds no step used; if it fails, the next fastest correct step
-is tried (up to 3 kernels), else the run returns the reference. `RunResult.confirmation` says what happened;
-the loop records each failed confirmation as a failed attempt (negative evidence for the strategy).
+Five trials can let a kernel at the edge of the tolerance through by luck (a kernel that passes one
+evaluation in five at 1e-4). Before a run returns a kernel it is evaluated again with `confirm_trials` trials
+on seeds no step used; if it fails, the next fastest correct step is tried (up to 3 kernels), else the run
+returns the reference. `RunResult.confirmation` says what happened; each failed confirmation is recorded as a
+failed attempt (`confirmation_attempt`: negative evidence for the strategy).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
 
-from htam_graph.model import EvalResult, Task
+from htam_graph import memory
+from htam_graph.model import AttemptRecord, ErrorKind, EvalResult, Task
 from htam_graph.ports import Evaluator
+from htam_graph.runtypes import RunConfig, RunResult, StepOutcome
 
-if TYPE_CHECKING:
-    from htam_graph.runtypes import RunConfig, RunResult, StepOutcome
-
-__all__ = ["CONFIRM_SEED_OFFSET", "confirm_best"]
+__all__ = ["CONFIRM_SEED_OFFSET", "confirm_best", "confirmation_attempt"]
 
 CONFIRM_SEED_OFFSET = 10_000  # steps use seed + step (step <= a few hundred): confirmation seeds are disjoint
 
@@ -73,3 +72,36 @@ def confirm_best(
     result.best_step, result.best_result, result.best_speedup_x = None, None, 1.0
     result.confirmation = "; ".join(notes + ["the reference is returned"])
     return failures
+
+
+def confirmation_attempt(
+    run_key: str, task: Task, cfg: RunConfig, n: int, confirmed: StepOutcome, check: EvalResult
+) -> AttemptRecord:
+    """A failed confirmation as an attempt of the same strategy on the same kernel: negative evidence that
+    balances the positive evidence its step earned. Numbered after the run's steps; it opens no transition
+    (it re-checks a kernel, it is not a move between directions) and FOLLOWS the attempt it re-checked."""
+    source = confirmed.source or ""
+    return AttemptRecord(
+        key=f"{run_key}-c{n}",
+        run_key=run_key,
+        task_key=task.key,
+        step=cfg.steps + n,
+        global_key=confirmed.global_key,
+        local_key=confirmed.local_key,
+        prev_global_key=None,
+        prev_attempt_key=confirmed.attempt_key,
+        status="failed",
+        error_kind=check.error_kind or ErrorKind.MISMATCH,
+        compiled=check.compiled,
+        correct=False,
+        speedup_x=None,
+        gain=0.0,
+        runtime_us=None,
+        gpu_name=check.gpu_name,
+        gpu_arch=check.gpu_arch,
+        precision_policy=cfg.precision_policy,
+        kernel_language=check.language,
+        kernel_source=source,
+        kernel_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        created_ms=memory.now_ms(),
+    )
