@@ -170,7 +170,8 @@ class EvalResult(_Frozen):
     sol_flagged: bool = False
     device: Device = "cuda"
     timing_on_cpu: bool = False  # CPU timings are recorded but are not GPU claims
-    # How the times were taken (kernels_runtime/timing.py): head_start, sync_in_window or cpu_perf_counter.
+    # How the times were taken, the protocol of kernels_runtime/timing.py:
+    # head_start, sync_in_window or cpu_perf_counter.
     timing_method: str = ""
     gpu_name: str = ""
     gpu_arch: str = ""  # e.g. sm_90; "cpu" on the CPU
