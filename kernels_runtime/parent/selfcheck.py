@@ -7,7 +7,7 @@ Sections, each returning JSON-able rows:
 - `adversarial`: every corpus file at default shapes; each must be rejected with its expected kind;
 - `baselines`: eager (and torch.compile while the time budget lasts) per task, compared with
   `h200_baselines.jsonl` (that file used `triton.testing.do_bench`, calls back to back; we flush L2 and time with
-  the head-start protocol of timing.py: on the H200 the ratios are 1.011 eager and 1.001 torch.compile over the
+  the head-start protocol of timing_protocol.py: on the H200 the ratios are 1.011 eager and 1.001 torch.compile over the
   100 dev tasks, results/h200/runtime/2026-11-30_head_start/).
 """
 
@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from htam_graph.kernels_runtime.baseline import baseline_request
-from htam_graph.kernels_runtime.compile_cache import compile_many
-from htam_graph.kernels_runtime.corpus import candidate_task, load_corpus
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.baseline import baseline_request
+from htam_graph.kernels_runtime.parent.compile_cache import compile_many
+from htam_graph.kernels_runtime.parent.corpus import candidate_task, load_corpus
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import EvalRequest, EvalResult
 
 __all__ = [
@@ -270,6 +270,6 @@ def summary_markdown(report: dict[str, Any]) -> str:
         )
         lines.append(
             "Protocol: L2 flushed before every call, head start on the caller's stream, CUDA events around the call, "
-            "device-wide synchronise after the end event (kernels_runtime/timing.py); do_bench runs calls back to back."
+            "device-wide synchronise after the end event (kernels_runtime/worker/timing_protocol.py); do_bench runs calls back to back."
         )
     return "\n".join(lines) + "\n"
