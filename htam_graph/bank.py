@@ -260,7 +260,7 @@ def import_bank(store: GraphStore, path: Path) -> ImportCounts:
     )
     _write_static(store, plan)
     new = memory.record_attempts(store, plan.attempts)
-    memory.repair_cpu_evidence(store)  # the receiving graph may hold CPU evidence an older version counted
+    memory.repair_cpu_evidence(store)  # the receiving graph may hold CPU attempts counted as evidence
     follows = [
         {"key": a.key, "prev_attempt_key": a.prev_attempt_key} for a in plan.attempts if a.prev_attempt_key
     ]

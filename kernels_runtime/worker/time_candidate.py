@@ -81,8 +81,8 @@ def time_and_recheck(
 
     fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
     # No lock around the torch.compile warm-up: Inductor compiles on the CPU for tens of seconds under a loaded
-    # bench, and holding the shared lock that long stalled every timer on the GPU (H200 bench: first steps timed out
-    # at 240 s). Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
+    # bench, and holding the shared lock that long would stall every other worker's timing on the GPU past its
+    # timeout. Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
     with phase("torch_compile"):
         compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
     if compiled is not None:
