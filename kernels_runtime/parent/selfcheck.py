@@ -26,7 +26,7 @@ from htam_graph.kernels_runtime.parent.compile_cache import compile_many
 from htam_graph.kernels_runtime.parent.corpus import candidate_task, load_corpus
 from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
-from htam_graph.model import EvalRequest, EvalResult
+from htam_graph.model import EvalRequest, EvalResult, ShapeVariant
 
 __all__ = [
     "Deadline",
@@ -175,7 +175,7 @@ def baselines(
     compile_too: bool,
     timing_runs: int = 20,
     device: str = "cuda",
-    shape: str = "default",
+    shape: ShapeVariant = "default",
 ) -> list[dict[str, Any]]:
     """Eager and torch.compile per task while the deadline allows (eager only with `compile_too` False).
 
@@ -199,8 +199,8 @@ def baselines(
                 baseline_request(
                     t,
                     (kb / t).read_text(encoding="utf-8"),
-                    device,  # type: ignore[arg-type]
-                    shape,  # type: ignore[arg-type]
+                    device,
+                    shape,
                     timing_runs,
                     compile_pass,
                     timeout_s=120,

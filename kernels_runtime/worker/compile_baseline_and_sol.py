@@ -3,6 +3,7 @@ speed-of-light verdict on the candidate's median (see sol.py for why two floors)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ def compiled_reference(
         rec.skip("baseline_compile", "torch.compile is not measured on the CPU")
         return None
     try:
-        compiled = torch.compile(ref)
+        compiled: Callable[..., Any] = torch.compile(ref)
         with torch.no_grad():
             compiled(*inputs)  # compiles now, outside the timed loop
         torch.cuda.synchronize()

@@ -182,7 +182,7 @@ class LaunchCounter:
     def _wrap_load_inline(self) -> None:
         import torch.utils.cpp_extension as cpp_ext
 
-        original = cpp_ext.load_inline
+        original: Callable[..., Any] = cpp_ext.load_inline
         if getattr(original, "_htam_counted", False):
             return
         counter = self

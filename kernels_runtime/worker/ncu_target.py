@@ -35,10 +35,10 @@ def main(argv: list[str]) -> int:
                 cand(*checks.clone_inputs(inputs))
             args = checks.clone_inputs(inputs)
             torch.cuda.synchronize()
-            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+            torch.cuda.profiler.start()
             cand(*args)
             torch.cuda.synchronize()
-            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+            torch.cuda.profiler.stop()
     return 0
 
 
