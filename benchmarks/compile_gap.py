@@ -1,6 +1,6 @@
 """Why torch.compile times ~10 % slower in the harness than in h200_baselines.jsonl (NOTES §9): one process, alone
 on one GPU, per task: eager and torch.compile timed by triton's do_bench (the file's method) and by the harness's
-protocol before 2026-12-01 (kernels_runtime.timing.time_interleaved with protocol=SYNC_IN_WINDOW: L2 flush, device
+protocol before 2026-12-01 (kernels_runtime.worker.timing_protocol.time_interleaved with protocol=SYNC_IN_WINDOW: L2 flush, device
 synchronise in the window, median of 20; the runtime now uses the head-start protocol, this script's "head-start"),
 then the harness protocol again with the worker's launch counter installed. Prints a Markdown table.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 import triton.testing
 
-from htam_graph.kernels_runtime import guards, timing
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker import guards, timing_protocol
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 
 def _models(path: Path) -> tuple[torch.nn.Module, list[object]]:
@@ -51,7 +51,9 @@ def _queued_median_us(fn: object, runs: int = 20, warmup: int = 3) -> float:
     the GPU is busy while the host launches; start event, call, end event on the same stream, then synchronise.
     The window holds the call's GPU time, not the host's launch path or its wake-up from the synchronise (work on
     side streams would escape it: the runtime would need another defence for that)."""
-    flush = torch.empty(timing.l2_flush_bytes(torch.device("cuda")) // 4, dtype=torch.float32, device="cuda")
+    flush = torch.empty(
+        timing_protocol.l2_flush_bytes(torch.device("cuda")) // 4, dtype=torch.float32, device="cuda"
+    )
     for _ in range(warmup):
         fn()  # type: ignore[operator]
     samples = []
@@ -83,8 +85,8 @@ def _time(path: Path, counter_installed: bool) -> dict[str, float]:
         if not counter_installed:
             for name, fn in fns.items():
                 out[f"db_{name}"] = triton.testing.do_bench(fn, return_mode="median") * 1e3
-        h = timing.time_interleaved(
-            fns, torch.device("cuda"), runs=20, warmup=3, protocol=timing.SYNC_IN_WINDOW
+        h = timing_protocol.time_interleaved(
+            fns, torch.device("cuda"), runs=20, warmup=3, protocol=timing_protocol.SYNC_IN_WINDOW
         )
         for name in fns:
             out[f"h_{name}"] = h.median_us(name)

@@ -1,7 +1,7 @@
 """Where do the convolution-heavy tasks lose time, and which formulation of the same op is faster on this GPU?
 
 An exploration run, one process on an otherwise idle GPU, fp32 with TF32 off, timed with the runtime's protocol
-(kernels_runtime.timing.time_interleaved: L2 flushed before each call, median of 20 after 3 warm-ups; the results
+(kernels_runtime.worker.timing_protocol.time_interleaved: L2 flushed before each call, median of 20 after 3 warm-ups; the results
 of 2026-11-30 were taken with the older sync-in-window protocol, now `protocol=SYNC_IN_WINDOW`). Every alternative is checked against the library op it replaces (max abs error printed;
 the loop's evaluator applies rtol = atol = 1e-4 to whole tasks).
 
@@ -29,8 +29,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from htam_graph.kernels_runtime import timing
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker import timing_protocol
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 _CONV_FWD = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -60,7 +60,7 @@ def _input_of(model: torch.nn.Module, sub: torch.nn.Module, inputs: list[object]
 
 
 def _time(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
-    t = timing.time_interleaved(fns, torch.device("cuda"), runs=20, warmup=3)
+    t = timing_protocol.time_interleaved(fns, torch.device("cuda"), runs=20, warmup=3)
     return {name: t.median_us(name) for name in fns}
 
 

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from htam_graph.kernels_runtime import checks
+from htam_graph.kernels_runtime.worker import checks
 
 
 def _one(nbytes: int, sizes: list[int], copies: int) -> tuple[float, float]:

@@ -15,8 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from htam_graph.kernels_runtime.corpus import candidate_task
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.corpus import candidate_task
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest, EvalResult
 
 REPO = Path(__file__).resolve().parents[1]

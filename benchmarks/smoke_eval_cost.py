@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from htam_graph.kernels_runtime import shapes
-from htam_graph.kernels_runtime.corpus import candidate_task
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.refprobe import probe_cpu
+from htam_graph.kernels_runtime.parent.corpus import candidate_task
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.worker import shapes
+from htam_graph.kernels_runtime.worker.refprobe import probe_cpu
 from htam_graph.model import EvalRequest
 
 REPO = Path(__file__).resolve().parents[1]

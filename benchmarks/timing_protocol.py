@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU check and benchmark of the runtime's timing protocol (kernels_runtime/timing.py), in one process.
+"""GPU check and benchmark of the runtime's timing protocol (kernels_runtime/worker/timing_protocol.py), in one process.
 
     python benchmarks/timing_protocol.py [KERNELBENCH_TASK.py ...]
 
@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.testing
 
-from htam_graph.kernels_runtime import timing
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker import timing_protocol
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 
 def _task_callables(paths: list[Path]) -> dict[str, Callable[[], object]]:
@@ -77,8 +77,10 @@ def main() -> int:
         "20 small ops": lambda: [x.mul(1.0001) for _ in range(20)],
         **_task_callables(args.tasks),
     }
-    hs = timing.time_interleaved(fns, dev, runs=20, warmup=3)
-    sw = timing.time_interleaved(fns, dev, runs=20, warmup=3, protocol=timing.SYNC_IN_WINDOW)
+    hs = timing_protocol.time_interleaved(fns, dev, runs=20, warmup=3)
+    sw = timing_protocol.time_interleaved(
+        fns, dev, runs=20, warmup=3, protocol=timing_protocol.SYNC_IN_WINDOW
+    )
     print("| callable | do_bench µs | back-to-back µs | head-start GPU µs | host launch µs | runtime's time µs "
           "| sync-in-window µs | head start ms | starved runs | wall problem |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -89,7 +91,7 @@ def main() -> int:
               f"| {hs.head_start_us[name] / 1e3:.2f} | {hs.starved_runs[name]}{' (re-timed sync-in-window)' if name in hs.sync_in_window else ''} "
               f"| {hs.wall_problem(name)} |")  # fmt: skip
     ok = True
-    plain = timing.audit_streams(lambda: torch.relu(x), 1000.0, hs.cycles_per_us)
+    plain = timing_protocol.audit_streams(lambda: torch.relu(x), 1000.0, hs.cycles_per_us)
     print(f"audit, caller's stream: observed={plain.observed} caller={plain.caller} activities={plain.activities} "
           f"problem={plain.problem()}")  # fmt: skip
     ok &= plain.observed and plain.problem() is None and plain.activities >= 1
@@ -99,7 +101,7 @@ def main() -> int:
         with torch.cuda.stream(side):
             torch.relu(x)
 
-    audit = timing.audit_streams(on_side, 1000.0, hs.cycles_per_us)
+    audit = timing_protocol.audit_streams(on_side, 1000.0, hs.cycles_per_us)
     print(f"audit, side stream: observed={audit.observed} problem={audit.problem()}")
     ok &= audit.observed and audit.problem() is not None
 
@@ -111,7 +113,7 @@ def main() -> int:
         caller.wait_stream(side)
         y.record_stream(caller)
 
-    joined = timing.audit_streams(forked_and_joined, 1000.0, hs.cycles_per_us)
+    joined = timing_protocol.audit_streams(forked_and_joined, 1000.0, hs.cycles_per_us)
     print(f"audit, forked and joined side stream: observed={joined.observed} problem={joined.problem()} "
           f"({joined.describe()})")  # fmt: skip
     ok &= joined.observed and joined.problem() is None and joined.other_streams >= 1
@@ -121,7 +123,7 @@ def main() -> int:
         with torch.cuda.stream(side):
             torch.cuda._sleep(200_000)  # ~100 µs: shorter than the wall check's slack
 
-    late = timing.audit_streams(unjoined, 1000.0, hs.cycles_per_us)
+    late = timing_protocol.audit_streams(unjoined, 1000.0, hs.cycles_per_us)
     print(f"audit, unjoined side stream: observed={late.observed} problem={late.problem()}")
     ok &= late.observed and late.problem() is not None
 
@@ -129,7 +131,7 @@ def main() -> int:
         with torch.cuda.stream(side):
             torch.cuda._sleep(20_000_000)  # ~10 ms on the side stream, nothing on the caller's
 
-    t = timing.time_interleaved({"long side": long_side}, dev, runs=5, warmup=1)
+    t = timing_protocol.time_interleaved({"long side": long_side}, dev, runs=5, warmup=1)
     print(f"long side-stream work: event {t.median_us('long side'):.1f} µs, wall {t.wall_us['long side'][0]:.1f} µs, "
           f"wall problem: {t.wall_problem('long side')}")  # fmt: skip
     ok &= t.wall_problem("long side") is not None

@@ -32,8 +32,8 @@ def baseline(
 ) -> None:  # fmt: skip
     """Measure reference baselines of TASK files or keys (eager, torch.compile) and store them as
     (:Baseline)."""
-    from htam_graph.kernels_runtime.baseline import baseline_request, baseline_row
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent.baseline import baseline_request, baseline_row
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 
     if device is None:
         device = resolve_device(None)

@@ -14,9 +14,7 @@ import functools
 import json
 import logging
 import os
-import shlex
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,10 +29,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from htam_graph import __version__
 from htam_graph.bench.engine import (
     BENCH_JSON,
-    FORMAT_VERSION,
     RESULTS,
     BenchSpec,
     Executor,
@@ -47,21 +43,16 @@ from htam_graph.bench.engine import (
     write_json,
 )
 from htam_graph.cli.backends import llm_options
+from htam_graph.cli.bench_meta import bench_meta
 from htam_graph.cli.replies import awaiting_line, courier_for
 from htam_graph.cli.run import pick_device
 from htam_graph.errors import ConfigError, HtamError
 from htam_graph.generators import LLMFlags, make_backend
-from htam_graph.loop import PolicyName, RunConfig
-from htam_graph.model import Device, EvalRequest, Language, PrecisionPolicy, ShapeVariant
+from htam_graph.loop import PolicyName
+from htam_graph.model import Device, Language, PrecisionPolicy, ShapeVariant
 from htam_graph.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_DTYPE = {
-    PrecisionPolicy.FP32_STRICT: "fp32",
-    PrecisionPolicy.TF32: "fp32 (tf32 allowed)",
-    PrecisionPolicy.BF16: "bf16/fp16 allowed",
-}
 
 
 def _parse_seeds(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -74,28 +65,6 @@ def _parse_seeds(ctx: click.Context, param: click.Parameter, value: str) -> list
     return list(dict.fromkeys(seeds))
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def _timing_method(device: Device) -> str:
-    config = RunConfig(device=device)  # the loop's choice when timing_runs is left unset
-    runs, warmup = config.timed_runs, config.warmup_runs
-    if device == "cuda":
-        return (
-            f"CUDA events, L2 flushed, median of {runs} runs after {warmup} warm-up, interleaved with the "
-            "reference and torch.compile; each timed section alone on its GPU (no other worker's device work "
-            "inside it but a torch.compile warm-up)"
-        )
-    return (
-        f"CPU time.perf_counter (Triton interpreted), median of {runs} runs after {warmup} warm-up, "
-        "interleaved with the reference; not a GPU measurement"
-    )
-
-
 def _gpu_ids() -> list[str]:
     """The GPUs this machine shows the bench (physical ids for CUDA_VISIBLE_DEVICES)."""
     import torch
@@ -103,47 +72,6 @@ def _gpu_ids() -> list[str]:
     n = torch.cuda.device_count()
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     return visible[:n] if visible else [str(i) for i in range(n)]
-
-
-def _torch_version() -> str:
-    """torch.__version__, as the workers report it (with its local part, e.g. "+cu130"; the distribution's
-    metadata drops it, and a bench interrupted before its end showed both spellings in one report)."""
-    try:
-        import torch
-    except ImportError:
-        return ""
-    return str(torch.__version__)
-
-
-def _environment(device: Device) -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "gpu_name": "cpu",
-        "torch_version": _torch_version(),
-        "triton_version": _version("triton"),
-        "htam_graph_version": __version__,
-    }
-    if device == "cuda":
-        import torch
-
-        info["gpu_name"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
-    return info
-
-
-def _command(spec: BenchSpec, out: Path) -> str:
-    args = ["htam-graph", "bench", "--tasks", *spec.selectors, "--backend", spec.backend]
-    for p in spec.policies:
-        args += ["--policy", p]
-    args += ["--steps", str(spec.steps), "--device", spec.device, "--shape", spec.shape]
-    args += ["--seeds", ",".join(map(str, spec.seeds)), "--workers", str(spec.workers)]
-    args += ["--executor", spec.executor, "--precision", spec.precision_policy.value]
-    if spec.task_timeout_s is not None:
-        args += ["--task-timeout", f"{spec.task_timeout_s:g}"]
-    if spec.frozen_memory:
-        args.append("--frozen-memory")
-    if spec.budget_usd is not None:
-        args += ["--budget-usd", f"{spec.budget_usd:g}"]
-    args += spec.llm_flags.args()
-    return shlex.join([*args, "--out", str(out)])
 
 
 def _make_executor(
@@ -320,7 +248,7 @@ def bench(
             language=Language(language), task_timeout_s=task_timeout_s, candidate_timeout_s=timeout_s,
             base_url=base_url, budget_usd=budget_usd, llm_flags=llm_flags,
         )  # fmt: skip
-        meta = _bench_meta(spec, out_dir)
+        meta = bench_meta(spec, out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         stored = check_config(out_dir, meta)
         if stored is not None:
@@ -377,31 +305,6 @@ def bench(
         console.print(waiting, highlight=False, soft_wrap=True, markup=False)
     if spent is not None:
         raise spent  # one line, exit 1: the budget ran out before every run finished
-
-
-def _bench_meta(spec: BenchSpec, out: Path) -> dict[str, Any]:
-    rtol, atol = _tolerances(spec.precision_policy)
-    return {
-        "format_version": FORMAT_VERSION,
-        "command": _command(spec, out),
-        **spec.config(),
-        "dtype": _DTYPE[spec.precision_policy],
-        "rtol": rtol,
-        "atol": atol,
-        "timing_method": _timing_method(spec.device),
-        **_environment(spec.device),
-        "started_ms": int(time.time() * 1000),
-        "finished_ms": None,
-    }
-
-
-def _tolerances(policy: PrecisionPolicy) -> tuple[float, float]:
-    from htam_graph.kernels_runtime.recorder import tolerances
-
-    rtol, atol = tolerances(
-        EvalRequest(task_key="", task_source="", candidate_source="", precision_policy=policy)
-    )
-    return float(rtol), float(atol)
 
 
 def _run_with_progress(

@@ -153,7 +153,7 @@ def eval_cmd(
     no_baselines: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Check CANDIDATE.py (a ModelNew) against a task's reference and time it. Exit 0 correct, 3 incorrect."""
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 
     try:
         candidate_source = candidate.read_text(encoding="utf-8")

@@ -6,7 +6,6 @@ Usage errors exit 2 (click); every `HtamError` exits 1 with one line on stderr, 
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 import click
@@ -79,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -225,7 +225,7 @@ def run(
       batch:openai:MODEL    the same through the OpenAI Batch API
       replay:FILE           recorded replies (--record FILE writes such a file from any backend)
     """
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
     from htam_graph.rules.autotune import default_cache_dir
     from htam_graph.store import store_session
 

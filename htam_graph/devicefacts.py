@@ -1,8 +1,9 @@
 """Facts about the device a run evaluates on and about the task's reference there (`GpuFacts`).
 
-The evaluator side measures them (`kernels_runtime/facts.py`, in a worker; `kernels_runtime/ncu.py` beside it)
-and the loop passes them into every `GenerationRequest`, so a model knows which GPU it writes for, what the
-reference costs there and where its time goes. Plain data: nothing here measures anything.
+The evaluator side measures them (`kernels_runtime/worker/facts.py`, in a worker;
+`kernels_runtime/parent/ncu.py` beside it) and the loop passes them into every `GenerationRequest`, so a model
+knows which GPU it writes for, what the reference costs there and where its time goes. Plain data: nothing
+here measures anything.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class GpuFacts(_Frozen):
     shape_variant: str = ""  # e.g. "default" or "smoke {N=64}"
     inputs: list[InputSpec] = Field(default_factory=list)
     ref_eager_us: float | None = None  # median of the eager reference, timed alone
-    sol_us: float | None = None  # speed-of-light floor of the task at this shape (kernels_runtime/sol.py)
+    sol_us: float | None = None  # speed-of-light floor at this shape (kernels_runtime/worker/sol.py)
     bytes_floor_us: float | None = None
     flop_floor_us: float | None = None
     eager_kernels: list[KernelTime] = Field(

@@ -170,7 +170,8 @@ class EvalResult(_Frozen):
     sol_flagged: bool = False
     device: Device = "cuda"
     timing_on_cpu: bool = False  # CPU timings are recorded but are not GPU claims
-    # How the times were taken (kernels_runtime/timing.py): head_start, sync_in_window or cpu_perf_counter.
+    # How the times were taken, the protocol of kernels_runtime/worker/timing_protocol.py:
+    # head_start, sync_in_window or cpu_perf_counter.
     timing_method: str = ""
     gpu_name: str = ""
     gpu_arch: str = ""  # e.g. sm_90; "cpu" on the CPU
@@ -186,7 +187,7 @@ class EvalResult(_Frozen):
     # a correct candidate proves little there, so wins on it must not be counted (evaluation.md pitfall 9).
     task_degenerate: bool = False
     # The reference output was within tolerance of zeros or a constant, so every comparison used atol
-    # scaled to the output (atol x max|reference| per output, kernels_runtime/tinyout.py): the largest
+    # scaled to the output (atol x max|reference| per output, kernels_runtime/worker/tinyout.py): the largest
     # absolute tolerance so applied. None: the request's tolerance (`atol`) was used.
     scaled_atol: float | None = None
 

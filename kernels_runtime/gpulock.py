@@ -28,9 +28,8 @@ When `HTAM_GPU_LOCK_DIR` is unset (a single `htam-graph run`), everything here i
 Waiting here is not the candidate's time. Every wait (for the memory budget, the turnstile, the shared or the
 exclusive lock) is announced to the listener installed with `wait_listener` ("queued" before, "admitted" after);
 the worker forwards these to its progress file and the evaluator stops the request's timeout clock between them.
-On the H200 bench (2026-11-30) one evaluation's "timing" phase took 77 s where the same task's timed loop takes
-under 1 s (the rest was waiting for the exclusive lock), and 6 first steps of level2 tasks timed out at 240 s
-with no phase recorded; before this change such waits ran on the candidate's clock.
+On a shared H200 a "timing" phase can wait over a minute for the exclusive lock around a timed loop of under
+1 s; on the candidate's clock such waits would time out honest candidates.
 """
 
 from __future__ import annotations

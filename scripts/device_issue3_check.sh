@@ -33,8 +33,8 @@ base() {  # base GPU PART
     python3 - "$R" "$KB" "$ADV_ONLY" "$OUT/adv" > "$OUT/adv/adv.log" 2>&1 <<'PY'
 import json, shutil, sys, tempfile
 from pathlib import Path
-from htam_graph.kernels_runtime import selfcheck
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent import selfcheck
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 repo, kb, name, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 folder = Path(tempfile.mkdtemp())
 shutil.copy(repo / "tests/data/adversarial" / f"{name}.py", folder)

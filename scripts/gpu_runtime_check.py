@@ -6,7 +6,7 @@
 
 Writes `runtime_gpu_check.json` and `runtime_gpu_check.md` into --out (the JSON after every section, so a cut
 run still reports). Sections run most important first and are skipped, saying so, when the budget is gone (see
-htam_graph.kernels_runtime.selfcheck): reference-as-candidate noise floor on ~10 level1/level2 tasks, the
+htam_graph.kernels_runtime.parent.selfcheck): reference-as-candidate noise floor on ~10 level1/level2 tasks, the
 hand-written Triton and CUDA candidates (CUDA pre-built in parallel; first and warm evaluation), every adversarial
 candidate (must be rejected with its expected kind), and eager/torch.compile baselines of the level1/level2 dev
 tasks against h200_baselines.jsonl while the budget lasts (one pass: eager and torch.compile timed interleaved in
@@ -58,8 +58,8 @@ def main() -> int:
     import torch
     import triton
 
-    from htam_graph.kernels_runtime import selfcheck
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent import selfcheck
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 
     if not torch.cuda.is_available():
         print("no CUDA device: this script measures a GPU", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Usage: python scripts/runtime_baselines_vs_kb.py H200_BASELINES.jsonl BASELINES.json [BASELINES.json ...]
 Each BASELINES.json holds `{"gpu", "torch", "baselines": [row, ...]}` as written by
-`scripts/device_issue3_check.sh` (rows of `kernels_runtime.selfcheck.baselines`); a task measured in a later file
+`scripts/device_issue3_check.sh` (rows of `kernels_runtime.parent.selfcheck.baselines`); a task measured in a later file
 replaces its row from an earlier one. Prints, per side (eager, torch.compile), the geomean / median / range of
 (runtime's time / the file's do_bench time) and how many tasks agree within 5 % and 10 %; the reference-as-candidate
 self speedups (the runtime's noise floor); the tasks outside 5 %; and the tasks with no measurement."""

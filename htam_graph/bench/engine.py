@@ -222,7 +222,7 @@ class ResultsLog:
 @dataclass(frozen=True)
 class Score:
     """The running numbers shown while a bench runs (the report's definitions, see
-    htam_graph/report/data.py)."""
+    htam_graph/report/metrics.py)."""
 
     runs: int
     correct: float  # share of runs in which some candidate passed every check

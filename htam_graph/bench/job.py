@@ -109,7 +109,7 @@ def run_job(job: Job) -> dict[str, Any]:
     from htam_graph.bench.resume import load_resume
     from htam_graph.bench.runfiles import RunFiles, summary_of
     from htam_graph.generators import make_backend, run_generator
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
     from htam_graph.loop import OptimizationLoop
     from htam_graph.store import store_session
 
@@ -246,7 +246,7 @@ def result_row(
         "timing_on_cpu": bool(first.get("timing_on_cpu", job.device == "cpu")),
         "rtol": first.get("rtol"),
         "atol": first.get("atol"),
-        # the returned kernel was checked at atol scaled to a tiny output (kernels_runtime/tinyout.py)
+        # the returned kernel was checked at atol scaled to a tiny output (kernels_runtime/worker/tinyout.py)
         "scaled_atol": best.scaled_atol if best else None,
         "correct_steps": summary["correct_steps"],
         "compile_failures": sum(1 for s in steps if s.get("error_kind") == "compile_error"),

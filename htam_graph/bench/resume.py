@@ -1,11 +1,10 @@
 """Resuming a bench run that a device-call cut (or Ctrl-C) ended mid-run, from the files it left.
 
 A run writes `trajectory.json` and `candidates/step_<k>.py` after every step (`RunFiles`), and every step's
-attempt is already in the shared memory. A bench resumed later used to start such a run from step 1, losing
-the steps of every run in flight at the cut: on the H200 bench of 2026-11-30 (one GPU, 8 workers, 545 s calls)
-that was most of the work of the 330-350 s elementwise tasks, and a call finished 6 tasks. `load_resume` reads
-the steps back so that the loop continues at the next one, under the same run key
-(`OptimizationLoop.run(resume=)`).
+attempt is already in the shared memory. `load_resume` reads the steps back so that the loop continues at
+the next one, under the same run key (`OptimizationLoop.run(resume=)`), rather than from step 1: when device
+calls are shorter than a run (one GPU, 8 workers, ~9-minute calls), restarting would lose most of the work of
+every run in flight at each cut.
 
 A run that stopped awaiting a reply left its request in `pending/step_<k+1>.request.json` (after k steps,
 maybe none): it is resumed at that step with the saved request and random state (`Resume.pending`), so it

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from htam_graph.report import data as rd
-from htam_graph.report import plots, render
+from htam_graph.report import load, metrics, plots, render
 from htam_graph.report.writer import header_items, precision_warnings, rounded, warnings_for, write_table
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ COMPARE_COLUMNS = (
 )
 
 
-def compare_table(benches: Sequence[rd.Bench], level: str = rd.ALL) -> pd.DataFrame:
+def compare_table(benches: Sequence[load.Bench], level: str = metrics.ALL) -> pd.DataFrame:
     """One row per (bench folder, precision policy, policy), over all levels or one `level`; metrics are means
     over seeds (std in *_std). Precision tracks are separate rows (fp32-strict first), never averaged
     together."""
@@ -33,10 +32,10 @@ def compare_table(benches: Sequence[rd.Bench], level: str = rd.ALL) -> pd.DataFr
 
     rows = []
     for bench in benches:
-        summary = rd.summary_table(bench.runs)
+        summary = metrics.summary_table(bench.runs)
         overall = summary[summary["level"] == level]
         for track, policy in [
-            (t, p) for t in rd.precision_tracks(overall) for p in rd.policy_order(overall["policy"])
+            (t, p) for t in metrics.precision_tracks(overall) for p in metrics.policy_order(overall["policy"])
         ]:
             part = overall[(overall["policy"] == policy) & (overall["precision_policy"] == track)]
             if not len(part):
@@ -63,21 +62,23 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
     """Compare several bench folders side by side into `out`: compare.md/.html, the overall table
     (compare.csv/.json), per level (compare_levels.*), best speedup by step and the head-to-head on the shared
     (task, seed) runs (compare_steps.*, compare_reach.*, compare_best_vs_step.png). Returns the html."""
-    benches = [rd.load_bench(Path(d)) for d in bench_dirs]
+    benches = [load.load_bench(Path(d)) for d in bench_dirs]
     names = [b.name for b in benches]
     if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
-        benches = [rd.Bench(b.path, str(b.path), b.config, b.runs, b.steps) for b in benches]
+        benches = [load.Bench(b.path, str(b.path), b.config, b.runs, b.steps) for b in benches]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     table = compare_table(benches)
     write_table(table, out, "compare")
-    levels = rd.level_order({str(v) for b in benches for v in b.runs["level"]} - {rd.ALL})
+    levels = metrics.level_order({str(v) for b in benches for v in b.runs["level"]} - {metrics.ALL})
     by_level = _concat([compare_table(benches, level) for level in levels])
     write_table(by_level, out, "compare_levels")
     warnings = [w for b in benches for w in (f"{b.name}: {x}" for x in warnings_for(b))]
     if len({h for b in benches for h in [dict(header_items(b))["GPU"]]}) > 1:
         warnings.insert(0, "the folders were measured on different GPUs: compare speedups with care.")
-    tracks = sorted(set(table["precision_policy"]), key=lambda t: (t != rd.STRICT, t)) if len(table) else []
+    tracks = (
+        sorted(set(table["precision_policy"]), key=lambda t: (t != metrics.STRICT, t)) if len(table) else []
+    )
     warnings[:0] = precision_warnings(tracks)
     sections = []
     for track in tracks:
@@ -117,7 +118,7 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
     if len(reach):
         sections.append(
             (
-                f"which arm reaches the shared best first (within {rd.REACH_WITHIN:.0%}, "
+                f"which arm reaches the shared best first (within {metrics.REACH_WITHIN:.0%}, "
                 "runs where a kernel beat eager)",
                 rounded(reach).set_index("arm"),
             )
@@ -126,7 +127,7 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
         title="htam-graph bench comparison",
         header=[(b.name, ", ".join(f"{k}: {v}" for k, v in header_items(b)[:8])) for b in benches],
         warnings=warnings,
-        definitions=[*rd.DEFINITIONS, *COMPARE_DEFINITIONS],
+        definitions=[*metrics.DEFINITIONS, *COMPARE_DEFINITIONS],
         sections=sections,
         extra=[],
         figures=figures,
@@ -140,8 +141,9 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
 COMPARE_DEFINITIONS = (
     "An arm is one (bench folder, policy, precision policy). The step tables use only the (task, seed) runs "
     "every arm has, so the arms are compared on the same tasks.",
-    f"Reaching the shared best: a run's shared best is the highest final best speedup any arm found for that "
-    f"(task, seed); an arm reaches it at the first step whose best is within {rd.REACH_WITHIN:.0%} of it. "
+    "Reaching the shared best: a run's shared best is the highest final best speedup any arm found for that "
+    "(task, seed); an arm reaches it at the first step whose best is within "
+    f"{metrics.REACH_WITHIN:.0%} of it. "
     "Runs where no arm beat eager are left out; mean steps are over the runs every arm reached.",
 )
 
@@ -157,7 +159,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     )
 
 
-def _step_comparison(benches: Sequence[rd.Bench]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def _step_comparison(benches: Sequence[load.Bench]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Best-by-step curves (columns arm, step, geomean_best_x) and the reach table over the (task, seed) runs
     every arm has, and how many runs that is. Each precision track of a bench is its own arm."""
     import pandas as pd
@@ -165,21 +167,22 @@ def _step_comparison(benches: Sequence[rd.Bench]) -> tuple[pd.DataFrame, pd.Data
     horizon = max((int(b.steps["step"].max()) for b in benches if len(b.steps)), default=0)
     arms: dict[str, dict[tuple[str, int], list[float]]] = {}
     for bench in benches:
-        tracks = rd.precision_tracks(bench.runs) if "precision_policy" in bench.runs else [None]
+        tracks = metrics.precision_tracks(bench.runs) if "precision_policy" in bench.runs else [None]
         for track in tracks:
             runs = bench.runs if track is None else bench.runs[bench.runs["precision_policy"] == track]
-            sub = rd.Bench(bench.path, bench.name, bench.config, runs, bench.steps)
-            for (task, policy, seed), curve in rd.run_curves(sub, horizon=horizon).items():
-                label = f"{bench.name} / {policy}" + ("" if track in (None, rd.STRICT) else f" / {track}")
+            sub = load.Bench(bench.path, bench.name, bench.config, runs, bench.steps)
+            for (task, policy, seed), curve in metrics.run_curves(sub, horizon=horizon).items():
+                suffix = "" if track in (None, metrics.STRICT) else f" / {track}"
+                label = f"{bench.name} / {policy}{suffix}"
                 arms.setdefault(label, {})[(task, seed)] = curve
     if not arms:
-        return pd.DataFrame(columns=["arm", "step", "geomean_best_x"]), rd.reach_table({}), 0
+        return pd.DataFrame(columns=["arm", "step", "geomean_best_x"]), metrics.reach_table({}), 0
     common = set.intersection(*(set(c) for c in arms.values()))
     rows = [
-        {"arm": arm, "step": t, "geomean_best_x": rd.geomean([curves[run][t] for run in common])}
+        {"arm": arm, "step": t, "geomean_best_x": metrics.geomean([curves[run][t] for run in common])}
         for arm, curves in arms.items()
         for t in range(horizon + 1)
         if common
     ]
     steps = pd.DataFrame(rows, columns=["arm", "step", "geomean_best_x"])
-    return steps, rd.reach_table(arms), len(common)
+    return steps, metrics.reach_table(arms), len(common)

@@ -10,7 +10,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from htam_graph.report.data import ALL, Bench, best_by_step, level_order, policy_order
+from htam_graph.report.load import Bench
+from htam_graph.report.metrics import ALL, best_by_step, level_order, policy_order
 
 if TYPE_CHECKING:
     import pandas as pd

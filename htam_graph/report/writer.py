@@ -12,8 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from htam_graph.report import data as rd
-from htam_graph.report import plots, render
+from htam_graph.report import load, metrics, plots, render
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,10 +77,10 @@ def side_by_side(summary: pd.DataFrame, level: str) -> pd.DataFrame:
     import pandas as pd
 
     part = summary[summary["level"] == level]
-    tracks = rd.precision_tracks(part)
+    tracks = metrics.precision_tracks(part)
     columns: dict[str, list[str]] = {}
     for track in tracks:  # precision tracks side by side, never pooled into one column
-        for policy in rd.policy_order(part["policy"]):
+        for policy in metrics.policy_order(part["policy"]):
             rows = part[(part["policy"] == policy) & (part["precision_policy"] == track)]
             if not len(rows):
                 continue
@@ -91,7 +90,7 @@ def side_by_side(summary: pd.DataFrame, level: str) -> pd.DataFrame:
     return pd.DataFrame(columns, index=pd.Index([label for _, label, _, _ in METRIC_ROWS], name="metric"))
 
 
-def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
+def header_items(bench: load.Bench) -> list[tuple[str, str]]:
     """What the numbers were measured on: every report's header block."""
     c, runs = bench.config, bench.runs
 
@@ -105,12 +104,12 @@ def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
         ("GPU", seen("gpu_name")),
         ("torch version", seen("torch_version")),
         ("triton version", str(c.get("triton_version") or "-")),
-        ("dtype / precision policy", f"{c.get('dtype', '-')} / {', '.join(rd.precision_tracks(runs))}"),
+        ("dtype / precision policy", f"{c.get('dtype', '-')} / {', '.join(metrics.precision_tracks(runs))}"),
         ("tolerance", f"rtol {c.get('rtol', '-')}, atol {c.get('atol', '-')}"),
         ("timing method", str(c.get("timing_method") or "-")),
         ("device / shape", f"{c.get('device', '-')} / {c.get('shape', '-')}"),
         ("backend / model", f"{c.get('backend', '-')} / {c.get('model', '-')}"),
-        ("policies", ", ".join(rd.policy_order(runs["policy"]))),
+        ("policies", ", ".join(metrics.policy_order(runs["policy"]))),
         ("seeds", ", ".join(str(s) for s in sorted(runs["seed"].unique()))),
         ("steps per run", str(c.get("steps", "-"))),
         ("tasks / runs", f"{runs['task'].nunique()} / {len(runs)}"),
@@ -121,12 +120,12 @@ def header_items(bench: rd.Bench) -> list[tuple[str, str]]:
 REWRITE_GLOBAL = "algebraic_rewrite"  # the direction whose kernels may do less work than the reference
 
 
-def warnings_for(bench: rd.Bench) -> list[str]:
+def warnings_for(bench: load.Bench) -> list[str]:
     """Things a reader must know before trusting any number below."""
     out = []
     if bench.config.get("synthetic"):
         out.append("SYNTHETIC DATA: these numbers were made up for tests and examples, not measured.")
-    out += precision_warnings(rd.precision_tracks(bench.runs))
+    out += precision_warnings(metrics.precision_tracks(bench.runs))
     cpu = int(bench.runs["timing_on_cpu"].sum())
     if cpu or str(bench.config.get("gpu_name", "")).lower() == "cpu":
         out.append(f"{cpu} run(s) were timed on the CPU: their speedups say nothing about GPU performance.")
@@ -159,7 +158,7 @@ def warnings_for(bench: rd.Bench) -> list[str]:
 
 def precision_warnings(tracks: list[str]) -> list[str]:
     out = []
-    relaxed = [t for t in tracks if t != rd.STRICT]
+    relaxed = [t for t in tracks if t != metrics.STRICT]
     if relaxed:
         out.append(
             f"PRECISION TRACK {', '.join(relaxed)}: reduced-precision math was allowed and checked at that "
@@ -184,28 +183,30 @@ def write_report(bench_dir: Path, out: Path | None = None) -> Path:
     """Write the report of the bench folder `bench_dir` into `out` (default `bench_dir/report/`): report.md,
     report.html (self-contained), CSV + JSON tables and PNG figures. Returns the path of report.html.
     Raises ReportError (one line) when the folder lacks bench.json or results.jsonl."""
-    bench = rd.load_bench(Path(bench_dir))
+    bench = load.load_bench(Path(bench_dir))
     folder = Path(out) if out is not None else bench.path / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    summary = rd.summary_table(bench.runs)
+    summary = metrics.summary_table(bench.runs)
     tables = {
         "summary": summary,
-        "seeds": rd.seed_table(summary),
-        "directions": rd.usage_table(bench.steps, "global"),
-        "strategies": rd.usage_table(bench.steps, "local"),
-        "transitions": rd.transition_table(bench.steps),
+        "seeds": metrics.seed_table(summary),
+        "directions": metrics.usage_table(bench.steps, "global"),
+        "strategies": metrics.usage_table(bench.steps, "local"),
+        "transitions": metrics.transition_table(bench.steps),
         "runs": bench.runs,
     }
     for stem, df in tables.items():
         write_table(df, folder, stem)
     figures = _figures(bench, tables["transitions"], folder)
-    levels = rd.level_order(summary["level"])
-    sections = [(f"level {lv}" if lv != rd.ALL else "all levels", side_by_side(summary, lv)) for lv in levels]
+    levels = metrics.level_order(summary["level"])
+    sections = [
+        (f"level {lv}" if lv != metrics.ALL else "all levels", side_by_side(summary, lv)) for lv in levels
+    ]
     page = render.Page(
         title=f"htam-graph bench report: {bench.name}",
         header=header_items(bench),
         warnings=warnings_for(bench),
-        definitions=list(rd.DEFINITIONS),
+        definitions=list(metrics.DEFINITIONS),
         sections=sections,
         extra=_extra_tables(tables),
         figures=[(folder / name, caption) for name, caption in FIGURES if (folder / name) in figures],
@@ -233,7 +234,7 @@ def rounded(df: pd.DataFrame) -> pd.DataFrame:
     return df.round(4)
 
 
-def _figures(bench: rd.Bench, transitions: pd.DataFrame, folder: Path) -> set[Path]:
+def _figures(bench: load.Bench, transitions: pd.DataFrame, folder: Path) -> set[Path]:
     made = {
         plots.speedup_distribution(bench, folder / "speedup_distribution.png"),
         plots.best_vs_step(bench, folder / "best_vs_step.png"),

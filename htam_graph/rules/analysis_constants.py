@@ -3,7 +3,7 @@
 A tensor built inside `forward` (`torch.min(x, torch.tensor(self.c))`), or computed there from a plain tensor
 attribute, is not a parameter or buffer of the model: fx stores it on the traced module as `_tensor_constant<i>`
 and reads it with a `get_attr` node. ModelNew copies the task's `__init__`, not its forward, so it never has that
-attribute (the H200 bench: `'ModelNew' object has no attribute '_tensor_constant0'` in all six steps of a run).
+attribute: code that read it would fail with `'ModelNew' object has no attribute '_tensor_constant0'`.
 
 A 0-d numeric constant with data is replaced, in every node that reads it, by its Python number (a float:
 `torch.min(x, torch.tensor(2))` must stay the elementwise minimum, not become a reduction over dim 2). The

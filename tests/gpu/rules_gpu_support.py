@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import torch
 
-from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure, load_candidate
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from htam_graph.model import Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator  # noqa: E402
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator  # noqa: E402
 from htam_graph.llm.prompts import render_prompt  # noqa: E402
 from htam_graph.model import EvalRequest, GenerationRequest, GlobalDirection, Language, Task  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.recipes.tuning import ELEMENTWISE_LADDER, ROW_LADDER, VECTOR_LADDER
 from tests.gpu.rules_gpu_support import (

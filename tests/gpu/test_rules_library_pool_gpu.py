@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from htam_graph.model import Task
 from htam_graph.rules.recipes.tuning import POOL_LADDER
 from tests.gpu.rules_gpu_support import (

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import (
     EvalRequest,
     EvalResult,

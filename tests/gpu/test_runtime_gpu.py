@@ -13,11 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from htam_graph.kernels_runtime import guards, selfcheck  # noqa: E402
-from htam_graph.kernels_runtime.corpus import load_corpus  # noqa: E402
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator  # noqa: E402
-from htam_graph.kernels_runtime.execution import CandidateFailure  # noqa: E402
-from htam_graph.kernels_runtime.trials import TrialContext, call_candidate  # noqa: E402
+from htam_graph.kernels_runtime.parent import selfcheck  # noqa: E402
+from htam_graph.kernels_runtime.parent.corpus import load_corpus  # noqa: E402
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator  # noqa: E402
+from htam_graph.kernels_runtime.worker import guards  # noqa: E402
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure  # noqa: E402
+from htam_graph.kernels_runtime.worker.trials import TrialContext, call_candidate  # noqa: E402
 from htam_graph.model import PrecisionPolicy  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from htam_graph.importers.robust_kbench import scan
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult, Task
 from htam_graph.state import reference_as_candidate
 

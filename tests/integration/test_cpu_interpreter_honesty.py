@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from htam_graph.cli.main import _register, cli
-from htam_graph.report.data import best_by_step, load_bench
+from htam_graph.report.load import load_bench
+from htam_graph.report.metrics import best_by_step
 from htam_graph.report.writer import write_report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_bench"
@@ -300,7 +301,7 @@ def test_compare_steps_levels_and_who_reaches_the_best_first(tmp_path: Path) -> 
 
 
 def test_reach_counts_an_arm_that_never_gets_there() -> None:
-    from htam_graph.report.data import reach_table
+    from htam_graph.report.metrics import reach_table
 
     arms = {"x": {("t", 0): [1.0, 1.2, 1.2], ("u", 0): [1.0, 1.0, 1.0]},
             "y": {("t", 0): [1.0, 1.0, 1.1], ("u", 0): [1.0, 1.0, 1.0], ("only_y", 0): [1.0, 5.0, 5.0]}}  # fmt: skip

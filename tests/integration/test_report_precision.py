@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from htam_graph.report.compare import write_compare
-from htam_graph.report.data import load_bench, seed_table, summary_table
+from htam_graph.report.load import load_bench
+from htam_graph.report.metrics import seed_table, summary_table
 from htam_graph.report.writer import write_report
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from htam_graph import memory
 from htam_graph.importers.kernelbench import parse_task
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.loop import OptimizationLoop, RunConfig
 from htam_graph.model import Task
 from htam_graph.rules import RulesGenerator, parse_header

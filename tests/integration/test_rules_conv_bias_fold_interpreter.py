@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from tests.unit.test_rules_conv_bias_fold import _emit, _task_source  # shared source builders
 
 HELPERS = runpy.run_path(str(Path(__file__).with_name("test_rules_interpreter.py")))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest, Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view

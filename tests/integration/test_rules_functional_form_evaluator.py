@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from htam_graph.importers.robust_kbench import scan
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest, Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import RulesGenerator, task_view

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
-from htam_graph.kernels_runtime.taskmod import load_task_module, module_constants
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module, module_constants
 from htam_graph.model import (
     GenerationRequest,
     GlobalDirection,

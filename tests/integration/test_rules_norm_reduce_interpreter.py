@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import KernelConfig, RulesGenerator, parse_header
 from htam_graph.rules.generator import task_view

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 from htam_graph.model import Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view

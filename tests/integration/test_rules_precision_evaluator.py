@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import (
     ErrorKind,
     EvalRequest,

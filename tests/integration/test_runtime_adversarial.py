@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.corpus import CPU_TEST_SIZES, load_corpus, shrink_task
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.corpus import CPU_TEST_SIZES, load_corpus, shrink_task
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import EvalRequest
 
 KB = Path(

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from htam_graph.cli.baseline import baseline
 from htam_graph.cli.eval import EXIT_INCORRECT, eval_cmd
-from htam_graph.kernels_runtime.baseline import baseline_request, baseline_row
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.baseline import baseline_request, baseline_row
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import EvalResult
 from htam_graph.settings import Settings
 
@@ -148,7 +148,7 @@ def test_baseline_on_cpu_without_store(files, settings) -> None:
 
 
 def test_baseline_rows_round_trip_through_the_graph(store, files) -> None:
-    from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+    from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 
     req = baseline_request("test/1_Tanh", TASK, "cpu", "smoke", timing_runs=3)
     result = SubprocessEvaluator().evaluate(req)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.corpus import CPU_TEST_SIZES, shrink_task
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.corpus import CPU_TEST_SIZES, shrink_task
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import ErrorKind, EvalRequest, Language
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -304,7 +304,7 @@ for _ in range({waits}):
     time.sleep({queue_s})
     say("admitted 0")
     time.sleep({after_s})
-from htam_graph.kernels_runtime.evaluator import failure_result
+from htam_graph.kernels_runtime.parent.evaluator import failure_result
 from htam_graph.model import ErrorKind, EvalRequest
 req = EvalRequest.model_validate(payload["requests"][0])
 verdict = failure_result(req, ErrorKind.MISMATCH, "fake verdict").model_dump(mode="json")
@@ -351,7 +351,7 @@ def test_the_clock_runs_once_admitted(tmp_path: Path) -> None:
 def test_an_endless_queue_is_an_infrastructure_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from htam_graph.kernels_runtime import evaluator
+    from htam_graph.kernels_runtime.parent import evaluator
 
     monkeypatch.setattr(evaluator, "_MAX_QUEUE_S", 2.0)
     ev = SubprocessEvaluator(cache_dir=tmp_path, python=_queueing_python(tmp_path, queue_s=30, after_s=0))

@@ -2,7 +2,7 @@
 
 On a row softmax over 20000 columns every output is ~3e-5 to ~8e-5: at atol 1e-4 a zeros, constant or uniform
 output passes, and so does one that repeats its first answer. The evaluator compares at atol scaled to the
-output there (kernels_runtime/tinyout.py): those fail it, an honest Triton softmax passes and its win counts.
+output there (kernels_runtime/worker/tinyout.py): those fail it, an honest Triton softmax passes and its win counts.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tiny_output"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from htam_graph.importers.robust_kbench import scan
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import ErrorKind, EvalRequest, Task
 from htam_graph.state import reference_as_candidate
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime import shapes
+from htam_graph.kernels_runtime.worker import shapes
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 FILES = sorted(KB.glob("level*/*.py"))

@@ -313,9 +313,9 @@ def test_failure_row_keeps_the_steps_done_before_the_kill(tmp_path: Path) -> Non
 
 def test_bench_json_names_torch_as_the_workers_do() -> None:
     """bench.json's torch_version is torch.__version__ (with "+cu130" / "+cpu"), the spelling every result row
-    carries; the distribution metadata's "2.11.0" made one H200 report list "2.11.0, 2.11.0+cu130"."""
+    carries; the distribution metadata's "2.11.0" would make a report list "2.11.0, 2.11.0+cu130"."""
     import torch
 
-    from htam_graph.cli.bench import _environment
+    from htam_graph.cli.bench_meta import _environment
 
     assert _environment("cpu")["torch_version"] == torch.__version__

@@ -233,7 +233,7 @@ def test_memory_budget_makes_a_second_evaluation_wait(tmp_path: Path) -> None:
 
 
 def test_memory_need_counts_inputs_outputs_and_parameters() -> None:
-    from htam_graph.kernels_runtime import sharing
+    from htam_graph.kernels_runtime.worker import sharing
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:

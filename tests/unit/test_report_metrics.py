@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from htam_graph.report import data as rd
+from htam_graph.report import load, metrics
 from htam_graph.report.render import md_table
 from htam_graph.report.writer import _cell, fmt, warnings_for
 
@@ -19,37 +19,37 @@ def base(**kw: object) -> dict[str, object]:
 
 
 def test_reference_run_is_1x_over_eager_and_eager_over_compile() -> None:
-    d = rd._derive(base(best_is_reference=True, ref_eager_us=200.0, ref_compile_us=100.0, sol_us=50.0))
+    d = load.derive_run(base(best_is_reference=True, ref_eager_us=200.0, ref_compile_us=100.0, sol_us=50.0))
     assert (d["speedup_eager_x"], d["speedup_compile_x"]) == (1.0, 0.5)
     assert d["runtime_us"] == 200.0 and d["sol_fraction"] == 0.25 and d["returned_correct"]
     assert math.isnan(d["best_step"])  # the reference is not a kernel found at some step
 
 
 def test_failed_run_counts_1x_and_not_correct() -> None:
-    d = rd._derive(base(status="timeout"))
+    d = load.derive_run(base(status="timeout"))
     assert d["speedup_eager_x"] == 1.0 and not d["returned_correct"]
     assert math.isnan(d["speedup_compile_x"])  # nothing measured: left out, not invented
 
 
 def test_missing_recorded_speedup_falls_back_to_runtimes() -> None:
-    d = rd._derive(base(ref_eager_us=300.0, ref_compile_us=150.0, best_runtime_us=100.0))
+    d = load.derive_run(base(ref_eager_us=300.0, ref_compile_us=150.0, best_runtime_us=100.0))
     assert (d["speedup_eager_x"], d["speedup_compile_x"]) == (3.0, 1.5)
 
 
 def test_done_run_without_any_speedup_is_an_error() -> None:
-    with pytest.raises(rd.ReportError, match="no usable speedup"):
-        rd._derive(base(best_speedup_eager_x=None))
+    with pytest.raises(load.ReportError, match="no usable speedup"):
+        load.derive_run(base(best_speedup_eager_x=None))
 
 
 def test_geomean_ignores_missing_values() -> None:
-    assert rd.geomean([2.0, 8.0, math.nan, None]) == pytest.approx(4.0)
-    assert math.isnan(rd.geomean([]))
+    assert metrics.geomean([2.0, 8.0, math.nan, None]) == pytest.approx(4.0)
+    assert math.isnan(metrics.geomean([]))
 
 
 def test_orders_and_labels() -> None:
-    assert rd.level_order(["all", "2", "10", "-", "1"]) == ["1", "2", "10", "-", "all"]
-    assert rd.policy_order(["random", "flat", "htam"]) == ["htam", "flat", "random"]
-    assert rd.level_label(None) == "-" and rd.level_label(2) == "2"
+    assert metrics.level_order(["all", "2", "10", "-", "1"]) == ["1", "2", "10", "-", "all"]
+    assert metrics.policy_order(["random", "flat", "htam"]) == ["htam", "flat", "random"]
+    assert load.level_label(None) == "-" and load.level_label(2) == "2"
 
 
 def test_cells() -> None:
@@ -64,9 +64,9 @@ def test_markdown_table_escapes_pipes() -> None:
     assert text.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | - |"]
 
 
-def _bench_of(*rows: dict[str, object]) -> rd.Bench:
-    runs = pd.DataFrame([rd._derive(r) for r in rows])
-    return rd.Bench(path=None, name="b", config={}, runs=runs, steps=pd.DataFrame())  # type: ignore[arg-type]
+def _bench_of(*rows: dict[str, object]) -> load.Bench:
+    runs = pd.DataFrame([load.derive_run(r) for r in rows])
+    return load.Bench(path=None, name="b", config={}, runs=runs, steps=pd.DataFrame())  # type: ignore[arg-type]
 
 
 def test_sol_warning_tells_a_work_reducing_rewrite_from_a_wrong_bound() -> None:

@@ -1,4 +1,4 @@
-"""Per-call checks (kernels_runtime.checks), guards, timing statistics, speed of light, excerpts and the recorder."""
+"""Per-call checks (kernels_runtime.worker.checks), guards, timing statistics, speed of light, excerpts and the recorder."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import time
 import pytest
 import torch
 
-from htam_graph.kernels_runtime import checks, guards, sol, timing
-from htam_graph.kernels_runtime.excerpt import MAX_EXCERPT, build_log_excerpt, exception_excerpt
-from htam_graph.kernels_runtime.execution import CandidateFailure
 from htam_graph.kernels_runtime.recorder import ALL_CHECKS, Recorder, tolerances
-from htam_graph.kernels_runtime.trials import TrialContext, verify_guards
+from htam_graph.kernels_runtime.worker import checks, guards, sol, timing_protocol
+from htam_graph.kernels_runtime.worker.excerpt import MAX_EXCERPT, build_log_excerpt, exception_excerpt
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure
+from htam_graph.kernels_runtime.worker.trials import TrialContext, verify_guards
 from htam_graph.model import ErrorKind, EvalRequest, PrecisionPolicy
 
 CPU = torch.device("cpu")
@@ -83,7 +83,7 @@ def test_degenerate_reasons() -> None:
 def test_degeneracy_sample_does_not_alias_with_the_row_length() -> None:
     """An exclusive cumsum has an all-zero first column. A regular stride that is a multiple of the row length saw
     only that column (the H200 cumsum_exclusive case, 32768 x 32768 every 2**18) and called the task degenerate."""
-    from htam_graph.kernels_runtime import trials
+    from htam_graph.kernels_runtime.worker import trials
 
     rows, cols = 2 * trials._SAMPLE, 64  # a stride of numel // _SAMPLE = 128 = 2 rows would hit column 0 only
 
@@ -182,17 +182,21 @@ def test_tf32_flag_flip_is_detected_under_fp32_strict() -> None:
 # ------------------------------------------------------------------ timing and speed of light
 def test_cpu_interleaved_timing_times_every_callable() -> None:
     calls: list[str] = []
-    t = timing.time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, CPU, 6, 1)
+    t = timing_protocol.time_interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, CPU, 6, 1
+    )
     assert len(t.samples_us["a"]) == 6 and len(t.samples_us["b"]) == 6 and t.on_cpu
     assert calls[2:6] == ["a", "b", "b", "a"]  # order rotates run by run (after one warm-up each)
-    median, iqr = timing.summarise([1.0, 2.0, 3.0, 4.0, 100.0])
+    median, iqr = timing_protocol.summarise([1.0, 2.0, 3.0, 4.0, 100.0])
     assert median == 3.0 and iqr > 0
 
 
 def test_wall_cross_check_flags_event_times_far_below_wall_time() -> None:
-    t = timing.Timings(samples_us={"cand": [10.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False)
+    t = timing_protocol.Timings(samples_us={"cand": [10.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False)
     assert t.wall_problem("cand")
-    t = timing.Timings(samples_us={"cand": [4900.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False)
+    t = timing_protocol.Timings(
+        samples_us={"cand": [4900.0] * 5}, wall_us={"cand": [5000.0] * 5}, on_cpu=False
+    )
     assert t.wall_problem("cand") is None
 
 
@@ -271,14 +275,14 @@ END = ("kernel", "spin_kernel(long)", 7, 2100.0, 1.0)  # the end marker, queued 
 
 
 def test_stream_audit_accepts_work_inside_the_callers_window() -> None:
-    ok = timing.streams_of_trace(
+    ok = timing_protocol.streams_of_trace(
         _trace(
             START, ("kernel", "tanh_kernel", 7, 2001.0, 50.0), ("gpu_memset", "Memset", 7, 2060.0, 2.0), END
         )
     )
     assert ok.observed and ok.caller == 7 and ok.activities == 2 and ok.problem() is None
     # cuDNN's transposed-convolution engines: other streams, forked after the start and joined before the end.
-    forked = timing.streams_of_trace(
+    forked = timing_protocol.streams_of_trace(
         _trace(
             START,
             ("kernel", "fft2d_r2c_32x32", 13, 2002.0, 40.0),
@@ -290,42 +294,46 @@ def test_stream_audit_accepts_work_inside_the_callers_window() -> None:
 
 
 def test_stream_audit_flags_work_outside_the_window() -> None:
-    early = timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 1010.0, 30.0), END))
+    early = timing_protocol.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 1010.0, 30.0), END))
     problem = early.problem()
     assert (
         problem is not None
         and "1 of 1" in problem
         and "tanh_kernel (stream 13) started before the start" in problem
     )
-    late = timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 2001.0, 500.0), END))
+    late = timing_protocol.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 13, 2001.0, 500.0), END))
     assert "ended after the end" in (late.problem() or "")
     # Fewer than two markers: the profiler saw no GPU activity of ours (no CUPTI), so the audit vouches for nothing.
-    blind = timing.streams_of_trace(_trace(("kernel", "tanh_kernel", 13, 0.0, 1.0)))
+    blind = timing_protocol.streams_of_trace(_trace(("kernel", "tanh_kernel", 13, 0.0, 1.0)))
     assert not blind.observed and blind.problem() is None
-    assert not timing.streams_of_trace(_trace(START, ("kernel", "tanh_kernel", 7, 2001.0, 5.0))).observed
+    assert not timing_protocol.streams_of_trace(
+        _trace(START, ("kernel", "tanh_kernel", 7, 2001.0, 5.0))
+    ).observed
 
 
 def test_head_start_covers_the_host_launch_within_bounds() -> None:
-    assert timing.head_start_us([]) == timing.HEAD_START_MIN_US
+    assert timing_protocol.head_start_us([]) == timing_protocol.HEAD_START_MIN_US
     assert (
-        timing.head_start_us([10.0, 12.0, 11.0]) == timing.HEAD_START_MIN_US
+        timing_protocol.head_start_us([10.0, 12.0, 11.0]) == timing_protocol.HEAD_START_MIN_US
     )  # fast launches: the 1 ms floor
-    assert timing.head_start_us([900.0, 1000.0, 1100.0]) == pytest.approx(3000.0)
-    assert timing.head_start_us([1e6]) == timing.HEAD_START_MAX_US
+    assert timing_protocol.head_start_us([900.0, 1000.0, 1100.0]) == pytest.approx(3000.0)
+    assert timing_protocol.head_start_us([1e6]) == timing_protocol.HEAD_START_MAX_US
 
 
 def test_timings_say_how_they_were_taken() -> None:
-    t = timing.Timings(samples_us={"cand": [10.0] * 4}, wall_us={"cand": [11.0] * 4}, protocol=timing.HEAD_START,
+    t = timing_protocol.Timings(samples_us={"cand": [10.0] * 4}, wall_us={"cand": [11.0] * 4}, protocol=timing_protocol.HEAD_START,
                        head_start_us={"cand": 2500.0}, starved_runs={"cand": 1})  # fmt: skip
     assert t.describe("cand").startswith("head start 2.5 ms, host launch outlasted it in 1/4 runs")
-    t = timing.Timings(samples_us={"cand": [10.0]}, wall_us={"cand": [11.0]}, protocol=timing.SYNC_IN_WINDOW)
+    t = timing_protocol.Timings(
+        samples_us={"cand": [10.0]}, wall_us={"cand": [11.0]}, protocol=timing_protocol.SYNC_IN_WINDOW
+    )
     assert t.describe("cand").startswith("sync-in-window")
-    cpu = timing.time_interleaved({"a": lambda: None}, CPU, 2, 0)
-    assert cpu.protocol == timing.CPU_PERF_COUNTER and cpu.describe("a") == "CPU: perf_counter"
+    cpu = timing_protocol.time_interleaved({"a": lambda: None}, CPU, 2, 0)
+    assert cpu.protocol == timing_protocol.CPU_PERF_COUNTER and cpu.describe("a") == "CPU: perf_counter"
 
 
 def test_a_launch_bound_call_costs_its_host_launch_time() -> None:
-    t = timing.Timings(samples_us={"a": [40.0] * 4, "b": [500.0] * 4}, wall_us={"a": [50.0] * 4, "b": [510.0] * 4},
+    t = timing_protocol.Timings(samples_us={"a": [40.0] * 4, "b": [500.0] * 4}, wall_us={"a": [50.0] * 4, "b": [510.0] * 4},
                        head_start_us={"a": 1000.0, "b": 1000.0}, launch_us={"a": [90.0, 100.0, 110.0], "b": [20.0] * 3})  # fmt: skip
     assert (
         t.time_us("a") == 100.0
@@ -334,12 +342,12 @@ def test_a_launch_bound_call_costs_its_host_launch_time() -> None:
     )
     assert t.time_us("b") == 500.0 and not t.host_bound("b") and "host-bound" not in t.describe("b")
     assert (
-        timing.Timings(samples_us={"c": [7.0]}, wall_us={"c": [7.0]}).time_us("c") == 7.0
+        timing_protocol.Timings(samples_us={"c": [7.0]}, wall_us={"c": [7.0]}).time_us("c") == 7.0
     )  # not measured: events
 
 
 def test_a_call_that_blocks_on_the_device_counts_its_sync_in_window_time() -> None:
-    t = timing.Timings(samples_us={"a": [12700.0] * 20}, wall_us={"a": [12800.0] * 20}, head_start_us={"a": 47700.0},
+    t = timing_protocol.Timings(samples_us={"a": [12700.0] * 20}, wall_us={"a": [12800.0] * 20}, head_start_us={"a": 47700.0},
                        starved_runs={"a": 20}, launch_us={"a": [15600.0] * 3}, sync_in_window={"a"})  # fmt: skip
     assert t.time_us("a") == 12700.0 and not t.host_bound("a")  # host work is already inside the window
     assert "timed again sync-in-window" in t.describe("a") and "ran out in 20/20 runs" in t.describe("a")

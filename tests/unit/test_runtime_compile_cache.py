@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from htam_graph.kernels_runtime.compile_cache import compile_many
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.compile_cache import compile_many
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.paths import extension_dir, source_digest
 
 DATA = Path(__file__).resolve().parents[1] / "data"

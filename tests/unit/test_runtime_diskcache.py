@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from htam_graph.kernels_runtime import diskcache, measure
+from htam_graph.kernels_runtime import diskcache
+from htam_graph.kernels_runtime.worker import compile_baseline_and_sol
 
 
 def _decode_int(value: Any) -> int | None:
@@ -42,22 +43,22 @@ def test_corrupt_or_rejected_entries_are_recomputed_and_off_means_off(tmp_path: 
 
 
 def test_reference_work_key_covers_shapes_dtypes_and_values() -> None:
-    a = measure._signature([torch.zeros(2, 3), 4])
-    assert a == measure._signature([torch.ones(2, 3), 4])  # values of tensors do not matter
-    assert a != measure._signature([torch.zeros(3, 2), 4])
-    assert a != measure._signature([torch.zeros(2, 3, dtype=torch.float64), 4])
-    assert a != measure._signature([torch.zeros(2, 3), 5])
+    a = compile_baseline_and_sol._signature([torch.zeros(2, 3), 4])
+    assert a == compile_baseline_and_sol._signature([torch.ones(2, 3), 4])  # values of tensors do not matter
+    assert a != compile_baseline_and_sol._signature([torch.zeros(3, 2), 4])
+    assert a != compile_baseline_and_sol._signature([torch.zeros(2, 3, dtype=torch.float64), 4])
+    assert a != compile_baseline_and_sol._signature([torch.zeros(2, 3), 5])
 
 
 def test_reference_work_decoder_rejects_what_it_did_not_write() -> None:
-    assert measure._decode_work([1.5e9, 4096]) == (1.5e9, 4096)
+    assert compile_baseline_and_sol._decode_work([1.5e9, 4096]) == (1.5e9, 4096)
     for bad in ([1.0], [-1.0, 4], [1.0, -4], ["1", 4], {"flops": 1}, None):
-        assert measure._decode_work(bad) is None
+        assert compile_baseline_and_sol._decode_work(bad) is None
 
 
 def test_reference_work_is_counted_once_per_task_and_shape(tmp_path: Path, monkeypatch: Any) -> None:
-    from htam_graph.kernels_runtime import guards, sol
-    from htam_graph.kernels_runtime.trials import TrialContext
+    from htam_graph.kernels_runtime.worker import guards, sol
+    from htam_graph.kernels_runtime.worker.trials import TrialContext
     from htam_graph.model import EvalRequest, PrecisionPolicy
 
     ctx = TrialContext(
@@ -73,14 +74,17 @@ def test_reference_work_is_counted_once_per_task_and_shape(tmp_path: Path, monke
     req = EvalRequest(task_key="t", task_source="class Model: ...", candidate_source="", device="cpu")
     ref = torch.nn.Linear(8, 4)
     inputs: list[Any] = [torch.rand(3, 8)]
-    monkeypatch.setattr(measure, "SOL_CACHE_DIR", str(tmp_path))
-    assert measure._reference_work(req, ctx, ref, inputs) == (2.0 * 3 * 8 * 4, 3 * 4 * 4)
+    monkeypatch.setattr(compile_baseline_and_sol, "SOL_CACHE_DIR", str(tmp_path))
+    assert compile_baseline_and_sol._reference_work(req, ctx, ref, inputs) == (2.0 * 3 * 8 * 4, 3 * 4 * 4)
 
     def not_again(*_: Any) -> float:
         raise AssertionError("the reference's FLOPs were counted again")
 
     monkeypatch.setattr(sol, "count_flops", not_again)
-    assert measure._reference_work(req, ctx, ref, [torch.rand(3, 8)]) == (192.0, 48)  # read back
+    assert compile_baseline_and_sol._reference_work(req, ctx, ref, [torch.rand(3, 8)]) == (
+        192.0,
+        48,
+    )  # read back
     other = req.model_copy(update={"task_source": "class Model: pass"})
     with pytest.raises(AssertionError, match="counted again"):  # another task source is another entry
-        measure._reference_work(other, ctx, ref, inputs)
+        compile_baseline_and_sol._reference_work(other, ctx, ref, inputs)

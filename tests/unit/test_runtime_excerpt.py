@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from htam_graph.kernels_runtime.excerpt import exception_excerpt, triton_location
+from htam_graph.kernels_runtime.worker.excerpt import exception_excerpt, triton_location
 
 CANDIDATE = """import helper_lib
 

@@ -8,8 +8,8 @@ import types
 
 import torch
 
-from htam_graph.kernels_runtime import refprobe, sharing
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker import refprobe, sharing
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 ROWS, IN, OUT = 1 << 20, 4096, 2048  # a 16 GiB input, a 8 GiB output: meta only
 

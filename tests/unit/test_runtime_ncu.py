@@ -1,4 +1,4 @@
-"""The `ncu` summary of a kernel (kernels_runtime/ncu.py): parsing, kernel names, and the paths where Nsight
+"""The `ncu` summary of a kernel (kernels_runtime/parent/ncu.py): parsing, kernel names, and the paths where Nsight
 Compute is absent, fails, or answers (a fake `ncu` on PATH stands in for it on the CPU)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime import ncu
+from htam_graph.kernels_runtime.parent import ncu
 from htam_graph.model import EvalRequest
 
 CSV = """==PROF== Connected to process 4242 (/usr/bin/python3.11)
@@ -89,7 +89,7 @@ def test_a_summary_is_measured_once_per_task_shape_gpu_and_candidate(
     args = calls.read_text().splitlines()
     assert len(args) == 1  # the second answer came from the cache
     assert "--profile-from-start off" in args[0] and "regex:fused_kernel" in args[0]
-    assert "htam_graph.kernels_runtime.ncu_target" in args[0]
+    assert "htam_graph.kernels_runtime.worker.ncu_target" in args[0]
     other = _request().model_copy(update={"candidate_source": "OTHER"})
     ncu.summarise_kernel(other, "fused_kernel", "NVIDIA H200", "python", dict(os.environ), cache)
     assert len(calls.read_text().splitlines()) == 2  # another candidate is measured again

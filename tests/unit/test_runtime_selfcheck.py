@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from htam_graph.kernels_runtime import selfcheck
-from htam_graph.kernels_runtime.corpus import load_corpus
+from htam_graph.kernels_runtime.parent import selfcheck
+from htam_graph.kernels_runtime.parent.corpus import load_corpus
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 ROOT = Path(__file__).resolve().parents[2]

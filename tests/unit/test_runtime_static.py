@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.kernels_runtime.static_checks import analyse
 from htam_graph.model import Language, PrecisionPolicy
 

@@ -7,7 +7,7 @@ The harness now runs smaller extra variants before the main trials and larger on
 
 from __future__ import annotations
 
-from htam_graph.kernels_runtime import harness, sharing
+from htam_graph.kernels_runtime.worker import harness, sharing
 from htam_graph.model import EvalRequest
 
 TASK = """

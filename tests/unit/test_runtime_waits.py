@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from htam_graph.kernels_runtime import harness
+from htam_graph.kernels_runtime.worker import harness
 
 
 class _Rec:

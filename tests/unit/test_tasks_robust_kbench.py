@@ -13,7 +13,7 @@ from htam_graph.errors import TaskError
 from htam_graph.importers import robust_kbench
 from htam_graph.importers.formats import scan_path
 from htam_graph.importers.kernelbench import SkipReason, parse_task
-from htam_graph.kernels_runtime import taskmod, variants
+from htam_graph.kernels_runtime.worker import taskmod, variants
 from htam_graph.model import Task
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "robust_kbench"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import shapes
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker import shapes
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import load_task_module
 
 SOURCE = """import torch
 import torch.nn as nn

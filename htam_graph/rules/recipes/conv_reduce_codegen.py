@@ -255,9 +255,9 @@ def _window(plan: ConvReducePlan, ops: _Ops, j: int, ind: str) -> tuple[list[str
     below = j - 1
     spanning = plan.window_dims(pool) is not None
     # Unroll only a pool module's small window over the conv output. A window spanning whole reduced dims is as
-    # long as those dims (level2/36 sums H = 256 rows): unrolled, its [C_PAD, BLOCK_S] body made Triton compile
-    # for minutes on the H200 (the first evaluation of that task timed out at 240 s in every bench, holding the
-    # GPU's shared lock meanwhile), so it is a loop at run time.
+    # long as those dims (level2/36 sums H = 256 rows): unrolled, its [C_PAD, BLOCK_S] body makes Triton compile
+    # for minutes on an H200 (past the 240 s evaluation timeout, holding the GPU's shared lock meanwhile), so it
+    # is a loop at run time.
     rng = "tl.static_range" if below == 0 and not spanning else "range"
     init = _POS_INF if fold == "min" else _NEG_INF if fold == "max" else "0.0"
     what = "window spanning the reduced dims" if spanning else "window"

@@ -22,7 +22,7 @@ from htam_graph.rules.recipes.reduce_emit import emit_node as _emit
 from htam_graph.rules.recipes.reduce_emit import emit_nodes
 from htam_graph.rules.recipes.reduce_emit import indent as _indent
 from htam_graph.rules.recipes.reduce_emit import refs as _refs
-from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
+from htam_graph.rules.recipes.reduce_plan import BFULL, BOUT, FULL, OUT, Leaf, ReducePlan, reduce_dims, stem
 from htam_graph.rules.recipes.reduce_rows import (
     OPERAND_MODE_SOURCE,
     SHORT_ROW_CONSTANT,
@@ -265,7 +265,7 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
     return "\n".join(lines) + "\n", helpers
 
 
-def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list, helpers: set[str]) -> list[str]:
+def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list[Leaf], helpers: set[str]) -> list[str]:
     """Loop 1 over this program's slice: prologue per element, folded into per-lane states, lanes merged."""
     states = _STATES[stat]
     lines = [f"{s} = tl.full([BLOCK_R, BLOCK_I], {init}, {dtype})" for s, init, dtype in states]
@@ -291,7 +291,9 @@ def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list, helpers: set[str]
     return lines
 
 
-def _finish(plan: ReducePlan, stat: str, out_leaves: list, full_leaves: list, helpers: set[str]) -> list[str]:
+def _finish(
+    plan: ReducePlan, stat: str, out_leaves: list[Leaf], full_leaves: list[Leaf], helpers: set[str]
+) -> list[str]:
     """After the per-column state is known: the result, the ops on it, then the store (reduce mode) or
     loop 2 over this program's slice writing every element (normalise mode)."""
     reducer = plan.reducer
@@ -397,7 +399,7 @@ def _full_value(plan: ReducePlan) -> list[str]:
     raise NotApplicable(f"no per-element value for {reducer.op}")
 
 
-def _loop_vars(plan: ReducePlan, full_leaves: list) -> dict[str, str]:
+def _loop_vars(plan: ReducePlan, full_leaves: list[Leaf]) -> dict[str, str]:
     vars_ = {lf.ref: lf.arg for lf in full_leaves}
     vars_.update({n.name: f"v_{n.name}" for n in plan.pre})
     return vars_
@@ -406,7 +408,7 @@ def _loop_vars(plan: ReducePlan, full_leaves: list) -> dict[str, str]:
 def _elementwise_body(
     plan: ReducePlan,
     nodes: list[OpNode],
-    full_leaves: list,
+    full_leaves: list[Leaf],
     helpers: set[str],
     value: Value,
     loop2: bool = False,

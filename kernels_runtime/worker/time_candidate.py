@@ -9,12 +9,18 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks, guards, timing
-from htam_graph.kernels_runtime.execution import CandidateFailure, candidate_call, make_inputs
-from htam_graph.kernels_runtime.measure import compiled_reference, speed_of_light
 from htam_graph.kernels_runtime.recorder import Recorder
-from htam_graph.kernels_runtime.sharing import exclusive, shared
-from htam_graph.kernels_runtime.trials import TrialContext, attributed, run_trial, trial_seed, verify_guards
+from htam_graph.kernels_runtime.worker import checks, guards, timing_protocol
+from htam_graph.kernels_runtime.worker.compile_baseline_and_sol import compiled_reference, speed_of_light
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure, candidate_call, make_inputs
+from htam_graph.kernels_runtime.worker.sharing import exclusive, shared
+from htam_graph.kernels_runtime.worker.trials import (
+    TrialContext,
+    attributed,
+    run_trial,
+    trial_seed,
+    verify_guards,
+)
 from htam_graph.model import ErrorKind, EvalRequest
 
 __all__ = ["time_and_recheck", "timed_and_audited"]
@@ -22,17 +28,17 @@ __all__ = ["time_and_recheck", "timed_and_audited"]
 
 def timed_and_audited(
     fns: dict[str, Callable[[], object]], req: EvalRequest, rec: Recorder, device: torch.device
-) -> timing.Timings:
+) -> timing_protocol.Timings:
     """Time the callables (`fns["cand"]` is the candidate), then audit one candidate call's streams (GPU).
 
     Work outside the caller's window is `hack_detected` (check `caller_stream`). When the profiler sees no GPU
     activity (no CUPTI), the audit vouches for nothing and everything is timed again sync-in-window."""
-    t = timing.time_interleaved(fns, device, req.timing_runs, req.warmup_runs)
+    t = timing_protocol.time_interleaved(fns, device, req.timing_runs, req.warmup_runs)
     if t.on_cpu:
         rec.skip("caller_stream", "CPU: one stream")
         return t
     # After the timed loop, so the profiler cannot perturb it; a side-stream candidate fails either way.
-    audit = timing.audit_streams(fns["cand"], t.head_start_us["cand"], t.cycles_per_us)
+    audit = timing_protocol.audit_streams(fns["cand"], t.head_start_us["cand"], t.cycles_per_us)
     if audit.observed:
         problem = audit.problem()
         if problem:
@@ -41,7 +47,9 @@ def timed_and_audited(
         return t
     rec.info("timing_fallback", "the profiler saw no GPU activity; timed again with sync-in-window")
     rec.skip("caller_stream", "no GPU activity in the profiler; sync-in-window timing instead")
-    return timing.time_interleaved(fns, device, req.timing_runs, req.warmup_runs, timing.SYNC_IN_WINDOW)
+    return timing_protocol.time_interleaved(
+        fns, device, req.timing_runs, req.warmup_runs, timing_protocol.SYNC_IN_WINDOW
+    )
 
 
 def time_and_recheck(
@@ -73,8 +81,8 @@ def time_and_recheck(
 
     fns: dict[str, Any] = {"ref": run_ref, "cand": run_cand}
     # No lock around the torch.compile warm-up: Inductor compiles on the CPU for tens of seconds under a loaded
-    # bench, and holding the shared lock that long stalled every timer on the GPU (H200 bench: first steps timed out
-    # at 240 s). Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
+    # bench, and holding the shared lock that long would stall every other worker's timing on the GPU past its
+    # timeout. Its one warm-up forward may overlap another worker's timed window; the median of 20 absorbs it.
     with phase("torch_compile"):
         compiled = compiled_reference(req, rec, ctx, ref, ref_inputs)
     if compiled is not None:
@@ -91,7 +99,7 @@ def time_and_recheck(
         raise CandidateFailure(
             ErrorKind.HACK_DETECTED, "kernel_launched", "a timed call launched no custom kernel"
         )
-    _, iqr = timing.summarise(t.samples_us["cand"])
+    _, iqr = timing_protocol.summarise(t.samples_us["cand"])
     median, ref_us = t.time_us("cand"), t.time_us("ref")
     rec.set(runtimes_us=t.samples_us["cand"], runtime_us=median, runtime_spread_us=iqr, ref_eager_us=ref_us,
             speedup_eager_x=ref_us / median if median > 0 else None)  # fmt: skip

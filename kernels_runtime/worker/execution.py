@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from htam_graph.kernels_runtime import taskmod
-from htam_graph.kernels_runtime.excerpt import exception_excerpt
+from htam_graph.kernels_runtime.worker import taskmod
+from htam_graph.kernels_runtime.worker.excerpt import exception_excerpt
 from htam_graph.model import ErrorKind
 
 __all__ = [

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks
-from htam_graph.kernels_runtime.execution import CandidateFailure, make_inputs
 from htam_graph.kernels_runtime.recorder import Recorder
-from htam_graph.kernels_runtime.trials import (
+from htam_graph.kernels_runtime.worker import checks
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure, make_inputs
+from htam_graph.kernels_runtime.worker.trials import (
     TrialContext,
     TrialOutcome,
     call_candidate,

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks
-from htam_graph.kernels_runtime.execution import make_inputs, sync
 from htam_graph.kernels_runtime.recorder import Recorder
-from htam_graph.kernels_runtime.trials import TrialContext, call_reference, trial_seed
+from htam_graph.kernels_runtime.worker import checks
+from htam_graph.kernels_runtime.worker.execution import make_inputs, sync
+from htam_graph.kernels_runtime.worker.trials import TrialContext, call_reference, trial_seed
 from htam_graph.model import ErrorKind, EvalRequest
 
 __all__ = ["CHECK", "MIN_TRIALS", "finish", "main_trials", "prepare"]

@@ -3,14 +3,16 @@ speed-of-light verdict on the candidate's median (see sol.py for why two floors)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks, diskcache, sol, timing
-from htam_graph.kernels_runtime.execution import CandidateFailure
+from htam_graph.kernels_runtime import diskcache
 from htam_graph.kernels_runtime.recorder import Recorder
-from htam_graph.kernels_runtime.trials import TrialContext, call_reference
+from htam_graph.kernels_runtime.worker import checks, sol, timing_protocol
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure
+from htam_graph.kernels_runtime.worker.trials import TrialContext, call_reference
 from htam_graph.model import ErrorKind, EvalRequest
 
 __all__ = ["compiled_reference", "speed_of_light"]
@@ -28,7 +30,7 @@ def compiled_reference(
         rec.skip("baseline_compile", "torch.compile is not measured on the CPU")
         return None
     try:
-        compiled = torch.compile(ref)
+        compiled: Callable[..., Any] = torch.compile(ref)
         with torch.no_grad():
             compiled(*inputs)  # compiles now, outside the timed loop
         torch.cuda.synchronize()
@@ -89,7 +91,7 @@ def speed_of_light(
         rate = sol.measure_copy_rate(ctx.device)
         peaks = sol.GpuPeaks(rate, 0.0, 0.0, 0.0, f"{gpu}: measured copy rate only")
     flops, out_bytes = _reference_work(req, ctx, ref, inputs)
-    l2 = timing.l2_flush_bytes(ctx.device) // 2
+    l2 = timing_protocol.l2_flush_bytes(ctx.device) // 2
     floor = sol.floor_for(checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2)
     verdict = sol.judge(median_us, floor)
     rec.set(sol_us=floor.sol_us, sol_flagged=verdict.flagged)

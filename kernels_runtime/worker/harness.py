@@ -22,28 +22,20 @@ from typing import Any
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import (
-    diskcache,
-    gpulock,
-    guards,
-    output_checks,
-    shapes,
-    sharing,
-    taskmod,
-    tinyout,
-)
-from htam_graph.kernels_runtime.excerpt import exception_excerpt
-from htam_graph.kernels_runtime.execution import (
+from htam_graph.kernels_runtime import diskcache, gpulock
+from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
+from htam_graph.kernels_runtime.recorder import Recorder
+from htam_graph.kernels_runtime.worker import guards, output_checks, shapes, sharing, taskmod, tinyout
+from htam_graph.kernels_runtime.worker.excerpt import exception_excerpt
+from htam_graph.kernels_runtime.worker.execution import (
     CandidateFailure,
     HarnessFailure,
     build_models,
     load_candidate,
     temporary_globals,
 )
-from htam_graph.kernels_runtime.precheck import StaticRejection, static_verdict
-from htam_graph.kernels_runtime.recorder import Recorder
-from htam_graph.kernels_runtime.timed import time_and_recheck
-from htam_graph.kernels_runtime.trials import (
+from htam_graph.kernels_runtime.worker.time_candidate import time_and_recheck
+from htam_graph.kernels_runtime.worker.trials import (
     TrialContext,
     TrialOutcome,
     attributed,
@@ -51,7 +43,7 @@ from htam_graph.kernels_runtime.trials import (
     trial_seed,
     verify_guards,
 )
-from htam_graph.kernels_runtime.variants import configurations as declared_configurations
+from htam_graph.kernels_runtime.worker.variants import configurations as declared_configurations
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 log = logging.getLogger(__name__)

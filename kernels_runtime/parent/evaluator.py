@@ -34,7 +34,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from htam_graph.devicefacts import GpuFacts
-from htam_graph.kernels_runtime import diskcache, ncu
+from htam_graph.kernels_runtime import diskcache
+from htam_graph.kernels_runtime.parent import ncu
 from htam_graph.kernels_runtime.paths import extension_dir
 from htam_graph.kernels_runtime.precheck import precheck
 from htam_graph.kernels_runtime.recorder import tolerances

@@ -29,11 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-# Imported before the candidate: these modules capture the timers and install the guards.
-from htam_graph.kernels_runtime import facts, harness, interp, measure
-from htam_graph.kernels_runtime.excerpt import exception_excerpt
-from htam_graph.kernels_runtime.execution import CandidateFailure, load_candidate
 from htam_graph.kernels_runtime.paths import extension_dir
+
+# Imported before the candidate: these modules capture the timers and install the guards.
+from htam_graph.kernels_runtime.worker import compile_baseline_and_sol, facts, harness, interp
+from htam_graph.kernels_runtime.worker.excerpt import exception_excerpt
+from htam_graph.kernels_runtime.worker.execution import CandidateFailure, load_candidate
 from htam_graph.model import EvalRequest
 
 __all__ = ["main"]
@@ -80,7 +81,7 @@ def main() -> int:
     progress_path = os.environ.pop("HTAM_PROGRESS_PATH")
     ext_root = os.environ.pop("HTAM_EXT_ROOT", "")
     harness.VARIANT_CACHE_DIR = os.environ.pop("HTAM_VARIANT_CACHE", "")
-    measure.SOL_CACHE_DIR = os.environ.pop("HTAM_SOL_CACHE", "")
+    compile_baseline_and_sol.SOL_CACHE_DIR = os.environ.pop("HTAM_SOL_CACHE", "")
     facts.FACTS_CACHE_DIR = os.environ.pop("HTAM_FACTS_CACHE", "")
     interp.autotune_first_config()
     payload = json.loads(sys.stdin.read())

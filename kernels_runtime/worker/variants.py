@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import shapes, taskmod
-from htam_graph.kernels_runtime.taskmod import OverrideValue
+from htam_graph.kernels_runtime.worker import shapes, taskmod
+from htam_graph.kernels_runtime.worker.taskmod import OverrideValue
 
 __all__ = ["VARIANTS_NAME", "NamedVariant", "declared_variants", "variant_overrides", "configurations"]
 

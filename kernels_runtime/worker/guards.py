@@ -72,8 +72,8 @@ _TIMERS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("torch.cuda.Event.synchronize", lambda: torch.cuda.Event.synchronize),
     ("torch.cuda.synchronize", lambda: torch.cuda.synchronize),
     ("torch.cuda.Stream.synchronize", lambda: torch.cuda.Stream.synchronize),
-    ("torch.cuda._sleep", lambda: torch.cuda._sleep),  # the head start (timing.py)
-    ("torch.profiler.profile", lambda: torch.profiler.profile),  # the stream audit (timing.py)
+    ("torch.cuda._sleep", lambda: torch.cuda._sleep),  # the head start (timing_protocol.py)
+    ("torch.profiler.profile", lambda: torch.profiler.profile),  # the stream audit (timing_protocol.py)
 )
 # (torch.manual_seed is not listed: importing torch._dynamo legitimately re-wraps it.)
 _HARNESS: tuple[tuple[str, Callable[[], Any]], ...] = (
@@ -182,7 +182,7 @@ class LaunchCounter:
     def _wrap_load_inline(self) -> None:
         import torch.utils.cpp_extension as cpp_ext
 
-        original = cpp_ext.load_inline
+        original: Callable[..., Any] = cpp_ext.load_inline
         if getattr(original, "_htam_counted", False):
             return
         counter = self

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from htam_graph.kernels_runtime.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import EvalRequest, EvalResult, PrecisionPolicy, ShapeVariant
 
 __all__ = ["baseline_request", "baseline_key", "baseline_row"]

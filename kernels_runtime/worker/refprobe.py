@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime.taskmod import OverrideValue, load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import OverrideValue, load_task_module
 
 log = logging.getLogger(__name__)
 

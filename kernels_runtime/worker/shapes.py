@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime import refprobe
-from htam_graph.kernels_runtime.taskmod import OverrideValue, module_constants
+from htam_graph.kernels_runtime.worker import refprobe
+from htam_graph.kernels_runtime.worker.taskmod import OverrideValue, module_constants
 
 log = logging.getLogger(__name__)
 

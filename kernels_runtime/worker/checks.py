@@ -30,7 +30,7 @@ __all__ = [
 
 Tolerance = float | Sequence[float]
 """An absolute tolerance: one for every output leaf, or one per leaf of the flattened reference output (the
-tiny-output check scales it to each output, kernels_runtime/tinyout.py)."""
+tiny-output check scales it to each output, kernels_runtime/worker/tinyout.py)."""
 
 _NONFLOAT_EXACT = "exact"
 
@@ -266,7 +266,7 @@ def _peak(t: torch.Tensor) -> float:
 def scaled_atols(ref: Any, atol: float) -> list[float]:
     """One absolute tolerance per leaf of the flattened reference output, scaled to the output: `atol` times
     max|leaf| for a floating tensor leaf whose largest magnitude is below 1 (never above `atol`; an all-zero or
-    non-finite leaf keeps `atol`), `atol` for every other leaf (kernels_runtime/tinyout.py)."""
+    non-finite leaf keeps `atol`), `atol` for every other leaf (kernels_runtime/worker/tinyout.py)."""
     out = []
     for leaf in flatten(ref):
         tol = atol

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from htam_graph.kernels_runtime import checks, guards
-from htam_graph.kernels_runtime.execution import (
+from htam_graph.kernels_runtime.worker import checks, guards
+from htam_graph.kernels_runtime.worker.execution import (
     CandidateFailure,
     HarnessFailure,
     candidate_call,

@@ -1,7 +1,7 @@
 """An Nsight Compute (`ncu`) summary of one kernel of a candidate, for the prompt (`NcuSummary`).
 
 Runs in the evaluator's process (no torch here): `ncu` profiles a child, `python -m
-htam_graph.kernels_runtime.ncu_target REQUEST.json`, which loads the task and the candidate, warms the candidate
+htam_graph.kernels_runtime.worker.ncu_target REQUEST.json`, which loads the task and the candidate, warms the candidate
 up outside the profiled range and then calls it once inside `cudaProfilerStart/Stop` (`--profile-from-start
 off`), so autotuning and compilation never land in the profile. One launch of the named kernel is measured with
 raw metric names (stable across Nsight Compute versions) and read back from `--csv`.
@@ -153,7 +153,7 @@ def _run_ncu(
             # which changes a shared machine's settings and the numbers the timing protocol sees
             exe, "--csv", "--clock-control", "none", "--target-processes", "all", "--profile-from-start", "off",
             "--kernel-name", f"regex:{re.escape(kernel_base_name(kernel))}", "--launch-count", "1",
-            "--metrics", ",".join(METRICS), python, "-m", "htam_graph.kernels_runtime.ncu_target", str(path),
+            "--metrics", ",".join(METRICS), python, "-m", "htam_graph.kernels_runtime.worker.ncu_target", str(path),
         ]  # fmt: skip
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp, start_new_session=True,

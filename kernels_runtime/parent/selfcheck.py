@@ -7,7 +7,7 @@ Sections, each returning JSON-able rows:
 - `adversarial`: every corpus file at default shapes; each must be rejected with its expected kind;
 - `baselines`: eager (and torch.compile while the time budget lasts) per task, compared with
   `h200_baselines.jsonl` (that file used `triton.testing.do_bench`, calls back to back; we flush L2 and time with
-  the head-start protocol of timing.py: on the H200 the ratios are 1.011 eager and 1.001 torch.compile over the
+  the head-start protocol of timing_protocol.py: on the H200 the ratios are 1.011 eager and 1.001 torch.compile over the
   100 dev tasks, results/h200/runtime/2026-11-30_head_start/).
 """
 
@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from htam_graph.kernels_runtime.baseline import baseline_request
-from htam_graph.kernels_runtime.compile_cache import compile_many
-from htam_graph.kernels_runtime.corpus import candidate_task, load_corpus
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
-from htam_graph.kernels_runtime.reference import reference_as_candidate
-from htam_graph.model import EvalRequest, EvalResult
+from htam_graph.kernels_runtime.parent.baseline import baseline_request
+from htam_graph.kernels_runtime.parent.compile_cache import compile_many
+from htam_graph.kernels_runtime.parent.corpus import candidate_task, load_corpus
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
+from htam_graph.model import EvalRequest, EvalResult, ShapeVariant
 
 __all__ = [
     "Deadline",
@@ -175,7 +175,7 @@ def baselines(
     compile_too: bool,
     timing_runs: int = 20,
     device: str = "cuda",
-    shape: str = "default",
+    shape: ShapeVariant = "default",
 ) -> list[dict[str, Any]]:
     """Eager and torch.compile per task while the deadline allows (eager only with `compile_too` False).
 
@@ -199,8 +199,8 @@ def baselines(
                 baseline_request(
                     t,
                     (kb / t).read_text(encoding="utf-8"),
-                    device,  # type: ignore[arg-type]
-                    shape,  # type: ignore[arg-type]
+                    device,
+                    shape,
                     timing_runs,
                     compile_pass,
                     timeout_s=120,
@@ -270,6 +270,6 @@ def summary_markdown(report: dict[str, Any]) -> str:
         )
         lines.append(
             "Protocol: L2 flushed before every call, head start on the caller's stream, CUDA events around the call, "
-            "device-wide synchronise after the end event (kernels_runtime/timing.py); do_bench runs calls back to back."
+            "device-wide synchronise after the end event (kernels_runtime/worker/timing_protocol.py); do_bench runs calls back to back."
         )
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from htam_graph.kernels_runtime.evaluator import SubprocessEvaluator
+from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.paths import source_digest
 from htam_graph.kernels_runtime.static_checks import analyse
 from htam_graph.model import EvalRequest, EvalResult, PrecisionPolicy

@@ -1,4 +1,4 @@
-"""`GpuFacts` for a run's prompts, measured inside a worker (mode "facts", see worker.py).
+"""`GpuFacts` for a run's prompts, measured inside a worker (mode "facts", see worker/__main__.py).
 
 What a model needs to write for this device: the GPU (name, arch, SMs, L2, memory, the copy rate the speed-of-light
 floor uses), the software (torch, Triton, CUDA; Triton interpreted on the CPU), the precision switches, the inputs
@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from htam_graph.devicefacts import GpuFacts, InputSpec, KernelTime
-from htam_graph.kernels_runtime import checks, diskcache, gpulock, guards, harness, sharing, sol, timing
-from htam_graph.kernels_runtime.execution import build_models, load_candidate, make_inputs
+from htam_graph.kernels_runtime import diskcache, gpulock
+from htam_graph.kernels_runtime.worker import checks, guards, harness, sharing, sol, timing_protocol
+from htam_graph.kernels_runtime.worker.execution import build_models, load_candidate, make_inputs
 from htam_graph.model import EvalRequest
 
 __all__ = ["collect", "FACTS_CACHE_DIR", "kernel_table"]
@@ -121,7 +122,7 @@ def _reference_facts(
             with torch.no_grad():
                 flops = sol.count_flops(ref, checks.clone_inputs(inputs))
                 out_bytes = checks.nbytes(ref(*checks.clone_inputs(inputs)))
-            l2 = timing.l2_flush_bytes(device) // 2
+            l2 = timing_protocol.l2_flush_bytes(device) // 2
             floor = sol.floor_for(
                 checks.nbytes(list(inputs)), out_bytes, flops, peaks, req.precision_policy, l2
             )
@@ -134,7 +135,7 @@ def _reference_facts(
             ref(*ref_inputs)
 
     with sharing.exclusive(device):
-        t = timing.time_interleaved({"ref": run}, device, _TIMED_RUNS, 3)
+        t = timing_protocol.time_interleaved({"ref": run}, device, _TIMED_RUNS, 3)
         out["ref_eager_us"] = t.time_us("ref")
         kernels, total = kernel_table(run, _PROFILED_CALLS)
     out["eager_kernels"] = [k.model_dump() for k in kernels]

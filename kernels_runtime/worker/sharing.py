@@ -11,7 +11,8 @@ import types
 
 import torch
 
-from htam_graph.kernels_runtime import checks, gpulock, refprobe
+from htam_graph.kernels_runtime import gpulock
+from htam_graph.kernels_runtime.worker import checks, refprobe
 
 __all__ = ["exclusive", "input_elements", "memory_need_bytes", "meta_inputs", "release_cache", "shared"]
 

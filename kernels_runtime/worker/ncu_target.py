@@ -1,4 +1,4 @@
-"""The process `ncu` profiles (ncu.py): `python -m htam_graph.kernels_runtime.ncu_target REQUEST.json`.
+"""The process `ncu` profiles (ncu.py): `python -m htam_graph.kernels_runtime.worker.ncu_target REQUEST.json`.
 
 Loads the request's task at its main shape and its candidate (one that the loop evaluated correct), warms the
 candidate up (compilation, autotuning) with the profiler off, then runs one forward call between
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from htam_graph.kernels_runtime import checks, guards, harness
-from htam_graph.kernels_runtime.execution import build_models, load_candidate, make_inputs
+from htam_graph.kernels_runtime.worker import checks, guards, harness
+from htam_graph.kernels_runtime.worker.execution import build_models, load_candidate, make_inputs
 from htam_graph.model import EvalRequest
 
 _WARMUP_CALLS = 3
@@ -35,10 +35,10 @@ def main(argv: list[str]) -> int:
                 cand(*checks.clone_inputs(inputs))
             args = checks.clone_inputs(inputs)
             torch.cuda.synchronize()
-            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+            torch.cuda.profiler.start()
             cand(*args)
             torch.cuda.synchronize()
-            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+            torch.cuda.profiler.stop()
     return 0
 
 
