@@ -97,3 +97,11 @@ class ResumableGenerator(Protocol):
     records): a resumed run tells it which of its steps were answered by an earlier invocation."""
 
     def resumed(self, task_key: str, steps: Sequence[int]) -> None: ...
+
+
+@runtime_checkable
+class RecordedChoices(Protocol):
+    """Optional, for a generator that replays a recorded run: the direction and strategy the recorded run took
+    at a step. The loop takes them instead of drawing, so a replay asks what the recorded run asked."""
+
+    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None: ...

@@ -20,7 +20,7 @@ from htam_graph.llm.generator import reply_from_text
 from htam_graph.llm.pending import SavedReply, read_pending, read_reply
 from htam_graph.llm.prompts import load_templates, render_prompt
 from htam_graph.model import GenerationReply, GenerationRequest
-from htam_graph.ports import Generator
+from htam_graph.ports import Generator, RecordedChoices
 
 
 class FilesGenerator:
@@ -74,3 +74,9 @@ class InboxGenerator:
         forward = getattr(self.inner, "resumed", None)
         if forward is not None:
             forward(task_key, steps)
+
+    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None:
+        """The inner generator's recorded choice (a replay), else None."""
+        if isinstance(self.inner, RecordedChoices):
+            return self.inner.recorded_choice(task_key, step)
+        return None

@@ -14,10 +14,12 @@ used: when nothing fits, the replay raises `AwaitingReply`, so the run stops at 
 written out; add the reply to the file (or save it as the pending reply file) and run the same command again.
 A resumed run first marks the records its earlier steps used (`resumed`), so it matches as an uninterrupted
 run would have.
-A strategy that differs from the recorded one is logged, not refused (the reply is still what the model
-said at that step). Code is re-extracted from the raw reply on replay, so the extractor's behaviour is
-the current one. Replayed replies cost nothing: their usage is reported as zero; the recorded usage stays
-in the file.
+A record that names its direction is also a choice to follow (`recorded_choice`): the loop takes the
+recorded direction and strategy at that step instead of drawing, so a replay of a recorded run asks what the
+run asked, whatever the replaying memory holds. A strategy that differs from the recorded one (the loop could
+not follow it) is logged, not refused (the reply is still what the model said at that step). Code is
+re-extracted from the raw reply on replay, so the extractor's behaviour is the current one. Replayed replies
+cost nothing: their usage is reported as zero; the recorded usage stays in the file.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from htam_graph.errors import AwaitingReply, ConfigError
 from htam_graph.llm.generator import reply_from_text
 from htam_graph.llm.prompts import load_templates, render_prompt
 from htam_graph.model import GenerationReply, GenerationRequest
-from htam_graph.ports import Generator
+from htam_graph.ports import Generator, RecordedChoices
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,17 @@ class ReplayGenerator:
                 if index is not None:
                     self._used[index] = True
 
+    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None:
+        """The direction and strategy of the record this step would take, when it names a direction."""
+        with self._lock:
+            index = self._find(task_key, step)
+        if index is None:
+            return None
+        match = self._records[index].match
+        if match.direction is None or match.task_key != task_key or match.step != step:
+            return None
+        return match.direction, match.strategy
+
     def _take(self, request: GenerationRequest) -> ReplayRecord:
         with self._lock:
             index = self._find(request.task.key, request.step)
@@ -194,3 +207,9 @@ class RecordingGenerator:
         forward = getattr(self.inner, "resumed", None)
         if forward is not None:
             forward(task_key, steps)
+
+    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None:
+        """The inner generator's recorded choice (a replay), else None."""
+        if isinstance(self.inner, RecordedChoices):
+            return self.inner.recorded_choice(task_key, step)
+        return None

@@ -15,6 +15,7 @@ from htam_graph.errors import HtamError
 from htam_graph.loop.context import Choice, RunContext, RunState
 from htam_graph.loop.generate import ask, request_for
 from htam_graph.model import DirectionScore, GenerationReply, GenerationRequest, LocalWithEvidence
+from htam_graph.ports import RecordedChoices
 from htam_graph.run_lessons import inputs_digest
 from htam_graph.runtypes import PolicyName
 
@@ -44,7 +45,7 @@ def next_candidate(
         if not allowed_now:
             return None
     while True:
-        choice = _choose(ctx, state, allowed_now, usable)
+        choice = _choose(ctx, state, allowed_now, usable, _recorded(ctx, state, step, allowed_now))
         request = request_for(ctx, state, step, choice)
         reply = ask(ctx, state, choice, request)
         repeated = reply.source is not None and digest(reply.source) in state.evaluated
@@ -61,11 +62,32 @@ def allowed_directions(ctx: RunContext, state: RunState, executable: set[str] | 
     return [key for key in sorted(state.directions) if _locals(ctx, state, key, executable)]
 
 
-def _choose(ctx: RunContext, state: RunState, allowed: list[str], executable: set[str] | None) -> Choice:
+def _recorded(
+    ctx: RunContext, state: RunState, step: int, allowed: list[str]
+) -> tuple[str, str | None] | None:
+    """The recorded run's direction and strategy at this step, when the generator replays one (ports.
+    RecordedChoices) and the direction is allowed here."""
+    if not isinstance(ctx.generator, RecordedChoices):
+        return None
+    recorded = ctx.generator.recorded_choice(state.task.key, step)
+    return recorded if recorded is not None and recorded[0] in allowed else None
+
+
+def _choose(
+    ctx: RunContext,
+    state: RunState,
+    allowed: list[str],
+    executable: set[str] | None,
+    recorded: tuple[str, str | None] | None = None,
+) -> Choice:
     name = ctx.config.policy
-    if name is PolicyName.FLAT:
+    if recorded is not None:
+        # A replayed run: the recorded direction, taken with certainty, not drawn.
+        direction = DirectionScore(key=recorded[0], score=0.0, support=0, probability=1.0)
+    elif name is PolicyName.FLAT:
         return _choose_flat(ctx, state, allowed, executable)
-    direction = _draw_direction(ctx, state, _undemoted(ctx, state, allowed, executable), executable)
+    else:
+        direction = _draw_direction(ctx, state, _undemoted(ctx, state, allowed, executable), executable)
     candidates = state.lessons.least_penalised(_locals(ctx, state, direction.key, executable))
     if not candidates:
         raise HtamError(f"direction {direction.key!r} has no applicable local strategy")
@@ -76,7 +98,10 @@ def _choose(ctx: RunContext, state: RunState, allowed: list[str], executable: se
             memory.with_outcomes(ctx.store, candidates), tags, state.gpu_arch,
             settings.foreign_weight, settings.compile_penalty,
         )  # fmt: skip
-    if name in (PolicyName.RANDOM, PolicyName.NO_LOCAL):
+    followed = [c for c in candidates if recorded is not None and c.strategy.key == recorded[1]]
+    if followed:
+        local = followed[0]
+    elif name in (PolicyName.RANDOM, PolicyName.NO_LOCAL):
         local = candidates[state.rng.randrange(len(candidates))]
     elif executable is None:
         # Upper-confidence exploration among the most relevant strategies only.
