@@ -135,7 +135,9 @@ def suggest_cmd(
     keys = [h.strip() for h in history.split(",") if h.strip()]
     store = _open(ctx)
     try:
-        scores = memory.score_directions(store, keys, gpu_arch=gpu_arch, settings=settings.policy, mode=mode)
+        scores = memory.score_directions(
+            store, keys, gpu_arch=gpu_arch, settings=settings.policy, mode=policy.PolicyMode(mode)
+        )
         best = scores[0].key if scores else None
         locals_ = memory.locals_for(store, best, language=language) if best else []
     finally:

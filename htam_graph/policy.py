@@ -11,16 +11,20 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from enum import StrEnum
 
 from htam_graph.model import DirectionScore, LocalStrategy, LocalWithEvidence, PrecisionPolicy
 
-PolicyMode = Literal["htg", "no-transition", "random"]
-"""How directions are scored: `htg` (precedent aggregation over TRANSITION edges), `no-transition` (each
-global's own stats only, the ablation), `random` (uniform). The `flat` ablation is the loop's retrieval
-mode."""
 
-POLICY_MODES: tuple[PolicyMode, ...] = ("htg", "no-transition", "random")
+class PolicyMode(StrEnum):
+    """How directions are scored. The `flat` ablation is the loop's retrieval mode, not a scoring mode."""
+
+    HTG = "htg"  # precedent aggregation over the recent directions' TRANSITION edges
+    NO_TRANSITION = "no-transition"  # each global's own statistics only (the ablation)
+    RANDOM = "random"  # uniform
+
+
+POLICY_MODES: tuple[str, ...] = tuple(m.value for m in PolicyMode)
 
 
 def recency_weights(history_len: int, decay: float) -> list[float]:

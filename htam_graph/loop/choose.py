@@ -127,12 +127,12 @@ def _draw_direction(
     """Score the directions after the run's history and draw one among the allowed ones."""
     mode: policy.PolicyMode
     if ctx.config.policy is PolicyName.RANDOM:
-        mode = "random"
+        mode = policy.PolicyMode.RANDOM
     elif ctx.config.policy is PolicyName.NO_TRANSITION or not state.history:
         # With no trajectory yet there is no precedent to aggregate: start from each direction's own record.
-        mode = "no-transition"
+        mode = policy.PolicyMode.NO_TRANSITION
     else:
-        mode = "htg"
+        mode = policy.PolicyMode.HTG
     scores = memory.score_directions(
         ctx.store, state.history, gpu_arch=state.gpu_arch, settings=ctx.settings, mode=mode
     )

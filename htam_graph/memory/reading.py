@@ -187,7 +187,7 @@ def score_directions(
     *,
     gpu_arch: str,
     settings: PolicySettings,
-    mode: policy.PolicyMode = "htg",
+    mode: policy.PolicyMode = policy.PolicyMode.HTG,
 ) -> list[DirectionScore]:
     """Score every global direction as the next one after `history` (oldest first; the last K are used) and
     attach softmax probabilities; sorted by probability. Raises UnknownKeyError for a history key not
@@ -196,7 +196,8 @@ def score_directions(
     unknown = sorted(set(history) - set(keys))
     if unknown:
         raise UnknownKeyError(f"unknown direction(s) in the history: {', '.join(unknown)}")
-    if mode == "random":
+    mode = policy.PolicyMode(mode)
+    if mode is policy.PolicyMode.RANDOM:
         return policy.uniform(keys)
     shared = {
         "gpu_arch": gpu_arch or UNKNOWN_ARCH,
@@ -205,7 +206,7 @@ def score_directions(
         "prior_strength": float(settings.prior_strength),
         "compile_penalty": settings.compile_penalty,
     }
-    if mode == "no-transition":
+    if mode is policy.PolicyMode.NO_TRANSITION:
         rows = store.run("policy_global_stats", shared)
     else:
         recent = list(history)[-settings.history_k :]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from htam_graph import bank, memory
+from htam_graph import bank, memory, policy
 from htam_graph.memory import recording, repair
 from htam_graph.model import AttemptRecord, ErrorKind, GlobalDirection, LocalStrategy, SeedMemory
 from htam_graph.settings import PolicySettings
@@ -94,7 +94,7 @@ def test_cpu_attempts_are_recorded_but_add_no_evidence(make: Callable[[], Any]) 
     applied = mixed.run_text("MATCH (a:Attempt)-[:APPLIED]->(:Local) RETURN count(a) AS n")
     assert applied == [{"n": 6}]  # the records still say which strategy each attempt applied
     settings = PolicySettings()
-    for mode in ("htg", "no-transition"):
+    for mode in (policy.PolicyMode.HTG, policy.PolicyMode.NO_TRANSITION):
         mixed_scores, gpu_scores = (
             memory.score_directions(st, ["ga"], gpu_arch="sm_90", settings=settings, mode=mode)
             for st in (mixed, gpu_only)

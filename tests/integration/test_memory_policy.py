@@ -97,7 +97,11 @@ def reference_scores(
 
 
 def scores_of(
-    store: Any, history: list[str], s: PolicySettings, arch: str = "sm_90", mode: policy.PolicyMode = "htg"
+    store: Any,
+    history: list[str],
+    s: PolicySettings,
+    arch: str = "sm_90",
+    mode: policy.PolicyMode = policy.PolicyMode.HTG,
 ) -> dict[str, tuple[float, int]]:
     return {
         d.key: (d.score, d.support)
@@ -221,7 +225,7 @@ def test_no_transition_ablation_scores_globals_by_their_own_stats(store: Any) ->
         ],
     )
     s = PolicySettings(prior_gain=0.0, compile_penalty=0.2)
-    got = scores_of(store, ["g5"], s, mode="no-transition")  # history is ignored
+    got = scores_of(store, ["g5"], s, mode=policy.PolicyMode.NO_TRANSITION)  # history is ignored
     assert got["g1"] == (pytest.approx(1.2 / 5.0), 2)
     assert got["g2"] == (pytest.approx(-0.2 / 4.0), 1)
     assert got["g4"] == (pytest.approx(0.0), 0)
@@ -230,7 +234,7 @@ def test_no_transition_ablation_scores_globals_by_their_own_stats(store: Any) ->
 def test_random_mode_is_uniform_and_unknown_history_is_refused(store: Any) -> None:
     memory.seed_memory(store, seed())
     ranked = memory.score_directions(
-        store, ["g0"], gpu_arch="sm_90", settings=PolicySettings(), mode="random"
+        store, ["g0"], gpu_arch="sm_90", settings=PolicySettings(), mode=policy.PolicyMode.RANDOM
     )
     assert [d.key for d in ranked] == KEYS and all(d.probability == pytest.approx(1 / 6) for d in ranked)
     with pytest.raises(UnknownKeyError, match="nope"):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from htam_graph import memory
+from htam_graph import memory, policy
 from htam_graph.loop import OptimizationLoop, RunConfig
 from htam_graph.model import AttemptRecord, EvalRequest, EvalResult, Task
 from htam_graph.rules import RulesGenerator
@@ -29,7 +29,9 @@ ACTIONABLE = {LO, AR}  # the directions with an executable recipe on a plain Con
 
 def p_actionable(store: Any, history: list[str], arch: str) -> dict[str, float]:
     """The policy's probabilities renormalised over the actionable directions, as the loop samples them."""
-    scored = memory.score_directions(store, history, gpu_arch=arch, settings=PolicySettings(), mode="htg")
+    scored = memory.score_directions(
+        store, history, gpu_arch=arch, settings=PolicySettings(), mode=policy.PolicyMode.HTG
+    )
     pool = {d.key: d.probability for d in scored if d.key in ACTIONABLE}
     total = sum(pool.values())
     return {k: v / total for k, v in pool.items()}
