@@ -18,12 +18,14 @@ echo "bench rc=$? after $(( $(date +%s) - start )) s"
 htam-graph db stop >/dev/null 2>&1
 tail -n 5 $R/.devcarry/$name/bench.err
 python3 - "$name" "$R" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(f"{sys.argv[2]}/.devcarry/{sys.argv[1]}/bench/results.jsonl") if l.strip()]
+import json, pathlib, sys
+results = pathlib.Path(f"{sys.argv[2]}/.devcarry/{sys.argv[1]}/bench/results.jsonl")
+rows = [json.loads(l) for l in results.read_text().splitlines() if l.strip()] if results.exists() else []
 ran = [r for r in rows if r.get("trajectory")]
 print(f"{len(rows)} results, {len(ran)} with steps")
 for r in ran:
     print(f"{r['task']:70s} {r['policy']:8s} {r['status']:7s} eager {r.get('best_speedup_eager_x') or 0:7.3f}x "
           f"compile {r.get('best_speedup_compile_x') or 0:7.3f}x ref={r['best_is_reference']}")
 EOF
-tar czf "$OUT/$name.tgz" -C $R/.devcarry --exclude=home/falkordb.sock "$name"
+# Triton's kernel cache stays behind: it is rebuilt on demand and would push the next call's carry past 64 MiB.
+tar czf "$OUT/$name.tgz" -C $R/.devcarry --exclude=home/falkordb.sock --exclude=home/cache/triton "$name"
