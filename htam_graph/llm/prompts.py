@@ -32,8 +32,9 @@ _LANGUAGE_NAMES = {Language.TRITON: "Triton", Language.CUDA: "CUDA C++"}
 _PRECISION_RULES = {
     PrecisionPolicy.FP32_STRICT: (
         "Precision policy fp32-strict: compute and accumulate in fp32. No fp16/bf16 casts, no TF32 "
-        '(in Triton pass `input_precision="ieee"` to `tl.dot`; in CUDA use fp32 FMA, not TF32 tensor-core '
-        "paths), no approximate math that changes results beyond the tolerance."
+        '(in Triton pass `input_precision="ieee"` to `tl.dot`, or `"tf32x3"`: the error-compensated 3xTF32 '
+        "that keeps fp32 accuracy on tensor cores; in CUDA use fp32 FMA, not TF32 tensor-core paths), no "
+        "approximate math that changes results beyond the tolerance."
     ),
     PrecisionPolicy.TF32: (
         "Precision policy tf32: TF32 tensor-core matmul/convolution is allowed (inputs rounded to TF32, "
