@@ -46,20 +46,16 @@ def _run(path: Path) -> dict[str, Any]:
     task = path.parts[-4].replace("__", "/")
     evals = [s.get("eval") or {} for s in steps]
     correct = [(s, e) for s, e in zip(steps, evals, strict=True) if s["status"] in CORRECT]
-    # torch.compile is timed once per run (its first evaluation); each step re-times eager beside the
-    # candidate. Over torch.compile = the step's own ratio when measured, else its ratio over eager times
-    # that run's ref_compile / ref_eager.
-    pair = next(((e["ref_eager_us"], e["ref_compile_us"]) for e in evals if e.get("ref_compile_us")), None)
-    compile_per_eager = pair[1] / pair[0] if pair else None
+    # torch.compile is timed once per run (its first evaluation), as RunResult.best_speedup_compile_x uses it:
+    # over torch.compile = that ref_compile_us / the best step's runtime_us.
+    ref = next(((e["ref_eager_us"], e["ref_compile_us"]) for e in evals if e.get("ref_compile_us")), None)
     best = max(correct, key=lambda se: se[1].get("speedup_eager_x") or 0.0, default=None)
     if best is not None and (best[1].get("speedup_eager_x") or 0.0) > 1.0:
         eager_x, best_step = best[1]["speedup_eager_x"], best[0]["step"]
-        compile_x = best[1].get("speedup_compile_x") or (
-            eager_x * compile_per_eager if compile_per_eager else None
-        )
+        compile_x = ref[1] / best[1]["runtime_us"] if ref else None
     else:
         eager_x, best_step = 1.0, None
-        compile_x = compile_per_eager
+        compile_x = ref[1] / ref[0] if ref else None
     return {
         "task": task,
         "level": int(task.split("/")[1].removeprefix("level")),
