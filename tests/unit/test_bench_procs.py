@@ -82,27 +82,12 @@ def test_shared_use_admits_other_shared_users_but_no_timer(
 
 def test_a_waiting_timer_is_not_starved_by_new_shared_users(tmp_path: Path) -> None:
     """A holds the GPU shared; T queues for the timing lock; B arrives after T: T must time before B gets in."""
-    script = (
-        "import sys, time\n"
-        "from htam_graph.kernels_runtime import gpulock\n"
-        "role, hold = sys.argv[1], float(sys.argv[2])\n"
-        "cm = gpulock.timing_lock(0) if role == 'T' else gpulock.shared_use(0)\n"
-        "with cm:\n"
-        "    t0 = time.time(); time.sleep(hold); t1 = time.time()\n"
-        "print(t0, t1)\n"
-    )
     env = {**os.environ, gpulock.LOCK_DIR_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
-
-    def start(role: str, hold: float) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-c", script, role, str(hold)], env=env, stdout=subprocess.PIPE
-        )
-
-    a = start("A", 3.0)
+    a = _start_lock_user(env, "A", 3.0)
     time.sleep(1.5)  # A is inside (interpreter start included)
-    t = start("T", 0.3)
+    t = _start_lock_user(env, "T", 0.3)
     time.sleep(1.0)  # T is queued on the exclusive lock, holding the turnstile
-    b = start("B", 0.3)
+    b = _start_lock_user(env, "B", 0.3)
     spans = {
         k: tuple(map(float, p.communicate(timeout=60)[0].split())) for k, p in (("A", a), ("T", t), ("B", b))
     }
