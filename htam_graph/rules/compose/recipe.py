@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.compose.group import Group, build_group
 from htam_graph.rules.compose.kernels import kernel_source
@@ -77,24 +77,21 @@ def plan_composed(view: TaskView) -> ComposedPlan:
     return ComposedPlan(graph, stages, groups, tuple(variables))
 
 
-class ComposedKernels:
+class ComposedKernels(PlannedRecipe[ComposedPlan]):
     """Recipe for `fusion.composed_kernels`."""
 
     key = KEY
     default_config = KernelConfig(block=4096, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = plan_composed(view)
-            for i, group in plan.groups.items():
-                kernel_source(group, f"composed_{i}_kernel")  # inexpressible ops fail here, not at emit
-            _forward_lines(plan)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> ComposedPlan:
+        return plan_composed(view)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = plan_composed(view)
+    def probe(self, view: TaskView, plan: ComposedPlan) -> None:
+        for i, group in plan.groups.items():
+            kernel_source(group, f"composed_{i}_kernel")  # inexpressible ops fail here, not at emit
+        _forward_lines(plan)
+
+    def render(self, view: TaskView, plan: ComposedPlan, config: KernelConfig) -> str:
         kernels: list[str] = []
         launchers: list[str] = []
         consts: list[str] = []

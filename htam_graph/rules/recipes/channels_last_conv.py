@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import (
     BROADCAST_LAYOUT_SOURCE,
@@ -56,21 +56,13 @@ class ConvPlan:
         return any(leaf.broadcast and leaf.ref not in self.per_channel for leaf in self.region.leaves)
 
 
-class ChannelsLastConv:
+class ChannelsLastConv(PlannedRecipe[ConvPlan]):
     """Recipe for `library_offload.channels_last_conv`."""
 
     key = KEY
     default_config = KernelConfig(block=2048, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self._plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self._plan(view)
+    def render(self, view: TaskView, plan: ConvPlan, config: KernelConfig) -> str:
         last = plan.convs[-1]
         suffix = "nchw_epilogue" if plan.region.nodes else "to_nchw"
         kernel_name, launcher_name = f"{last.op}_{suffix}_kernel", f"{last.op}_{suffix}"
@@ -102,8 +94,7 @@ class ChannelsLastConv:
         )
         return render_file(parts, skeleton)
 
-    @staticmethod
-    def _plan(view: TaskView) -> ConvPlan:
+    def plan(self, view: TaskView) -> ConvPlan:
         graph = _without_copies(view.graph)
         convs = _conv_chain(graph)
         first = convs[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import AttrScalar
 from htam_graph.rules.recipes.conv_reduce_codegen import finish_kernel_source, main_kernel_source
@@ -46,22 +46,19 @@ def _plan(view: TaskView) -> ConvReducePlan:
     return plan_conv_reduce(view.graph)
 
 
-class ConvReduction:
+class ConvReduction(PlannedRecipe[ConvReducePlan]):
     """Recipe for `fusion.conv_reduction_epilogue`."""
 
     key = KEY
     default_config = KernelConfig(block=2048, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = _plan(view)
-            self._sources(plan, "probe", self.default_config)  # inexpressible ops fail here, not at emit time
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> ConvReducePlan:
+        return _plan(view)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = _plan(view)
+    def probe(self, view: TaskView, plan: ConvReducePlan) -> None:
+        self._sources(plan, "probe", self.default_config)  # inexpressible ops fail here, not at emit time
+
+    def render(self, view: TaskView, plan: ConvReducePlan, config: KernelConfig) -> str:
         stem = _stem(plan)
         kernels, launchers, helpers = self._sources(plan, stem, config)
         body = _dim_guards(plan)

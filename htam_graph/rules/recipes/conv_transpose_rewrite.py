@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import BROADCAST_LAYOUT_SOURCE, Leaf, Region, build_region
 from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref
@@ -59,21 +59,13 @@ class RewritePlan:
         return any(leaf.broadcast and leaf.ref not in self.per_channel for leaf in self.region.leaves)
 
 
-class ConvTransposeAsConv:
+class ConvTransposeAsConv(PlannedRecipe[RewritePlan]):
     """Recipe for `algebraic_rewrite.conv_transpose_as_conv`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self._plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self._plan(view)
+    def render(self, view: TaskView, plan: RewritePlan, config: KernelConfig) -> str:
         op = plan.conv.op
         kernel_name, launcher_name = f"{op}_phase_kernel", f"{op}_write_phases"
         kernel, helpers = phase_kernel_source(plan.region, plan.conv.name, kernel_name, plan.per_channel)
@@ -115,8 +107,7 @@ class ConvTransposeAsConv:
         )
         return render_file(parts, view.skeleton)
 
-    @staticmethod
-    def _plan(view: TaskView) -> RewritePlan:
+    def plan(self, view: TaskView) -> RewritePlan:
         conv = _the_conv(view.graph)
         assert conv.module_path is not None
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import Region, build_region
 from htam_graph.rules.ops import Const, OpGraph, OpKind, OpNode, Ref
@@ -48,21 +48,13 @@ class DepthwisePlan:
     out_var: str
 
 
-class DepthwiseConvDirect:
+class DepthwiseConvDirect(PlannedRecipe[DepthwisePlan]):
     """Recipe for `data_reuse.depthwise_conv_direct`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self.plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self.plan(view)
+    def render(self, view: TaskView, plan: DepthwisePlan, config: KernelConfig) -> str:
         op = plan.conv.op
         kernel_name, launcher_name = f"depthwise_{op}_kernel", f"depthwise_{op}"
         kernel, helpers = depthwise_kernel_source(plan.code, kernel_name)

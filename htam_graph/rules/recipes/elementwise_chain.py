@@ -7,7 +7,7 @@ output once, where eager PyTorch launches one kernel per op and round-trips ever
 
 from __future__ import annotations
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import (
     BROADCAST_LAYOUT_SOURCE,
@@ -24,21 +24,13 @@ from htam_graph.rules.triton_math import helper_sources
 KEY = "fusion.elementwise_chain"
 
 
-class ElementwiseChain:
+class ElementwiseChain(PlannedRecipe[Region]):
     """Recipe for `fusion.elementwise_chain`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self._region(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        region = self._region(view)
+    def render(self, view: TaskView, region: Region, config: KernelConfig) -> str:
         stem = _stem(region)
         kernel_name, launcher_name = f"fused_{stem}_kernel", f"fused_{stem}"
         kernel, helpers = kernel_source(region, kernel_name, config)
@@ -61,8 +53,7 @@ class ElementwiseChain:
         )
         return render_file(parts, view.skeleton)
 
-    @staticmethod
-    def _region(view: TaskView) -> Region:
+    def plan(self, view: TaskView) -> Region:
         graph = view.graph
         if not graph.nodes:
             raise NotApplicable("the forward computes nothing")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpNode, Ref
 from htam_graph.rules.recipes.gemm_row_kernel import WINDOW_SOURCE, row_source
@@ -23,22 +23,13 @@ KEY = "fusion.reduction_with_epilogue"
 _REDUCING = ("reduce", "softmax", "row_norm", "batch_norm", "pool")
 
 
-class GemmRowEpilogue:
+class GemmRowEpilogue(PlannedRecipe[RowPlan]):
     """Recipe for `fusion.reduction_with_epilogue` (library GEMM + row reductions in one kernel)."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = self.plan(view)
-            row_source(plan, self.default_config, "probe")  # fail here on ops with no Triton rule
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    @staticmethod
-    def plan(view: TaskView) -> RowPlan:
+    def plan(self, view: TaskView) -> RowPlan:
         plan = plan_rows(view.graph)
         if not any(s.action in _REDUCING for s in plan.steps):
             raise NotApplicable(
@@ -46,8 +37,10 @@ class GemmRowEpilogue:
             )
         return plan
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self.plan(view)
+    def probe(self, view: TaskView, plan: RowPlan) -> None:
+        row_source(plan, self.default_config, "probe")  # fail here on ops with no Triton rule
+
+    def render(self, view: TaskView, plan: RowPlan, config: KernelConfig) -> str:
         stem = _stem(plan)
         pieces = row_source(plan, config, stem)
         y = plan.library_var

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import (
     BROADCAST_LAYOUT_SOURCE,
@@ -37,21 +37,14 @@ _CONVS = ("conv1d", "conv2d", "conv3d")
 _CONV_TRANSPOSES = ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
 
 
-class LibraryEpilogue:
+class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
     """Recipe for `fusion.library_epilogue`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self._plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        library, region, library_var = self._plan(view)
+    def render(self, view: TaskView, plan: tuple[OpNode, Region, str], config: KernelConfig) -> str:
+        library, region, library_var = plan
         kernel_name = f"{library.op}_epilogue_kernel"
         launcher_name = f"{library.op}_epilogue"
         kernel, helpers = kernel_source(region, kernel_name, config)
@@ -77,8 +70,7 @@ class LibraryEpilogue:
         )
         return render_file(parts, view.skeleton)
 
-    @staticmethod
-    def _plan(view: TaskView) -> tuple[OpNode, Region, str]:
+    def plan(self, view: TaskView) -> tuple[OpNode, Region, str]:
         graph = view.graph
         if not graph.nodes or graph.nodes[0].kind is not OpKind.LIBRARY:
             raise NotApplicable("the forward does not start with a library op (conv, linear, matmul)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import identifier, operand_renderer
 from htam_graph.rules.ops import Const, OpKind, OpNode, Value, number
@@ -46,22 +46,19 @@ OPERAND_CHECK_SOURCE = '''def check_operand(name: str, t: torch.Tensor, full: tu
 '''
 
 
-class PointwiseIntoReduction:
+class PointwiseIntoReduction(PlannedRecipe[LossPlan]):
     """Recipe for `fusion.pointwise_into_reduction`."""
 
     key = KEY
     default_config = KernelConfig(block=4096, num_warps=8)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = plan_loss(view.graph)
-            _kernel_source(plan, "check", self.default_config)  # inexpressible ops fail here, not at emit
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> LossPlan:
+        return plan_loss(view.graph)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = plan_loss(view.graph)
+    def probe(self, view: TaskView, plan: LossPlan) -> None:
+        _kernel_source(plan, "check", self.default_config)  # inexpressible ops fail here, not at emit
+
+    def render(self, view: TaskView, plan: LossPlan, config: KernelConfig) -> str:
         name = identifier(f"fused_{plan.final.op}", set())
         kernel, helpers = _kernel_source(plan, name, config)
         launcher = _launcher_source(plan, name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import (
     BROADCAST_LAYOUT_SOURCE,
@@ -56,21 +56,13 @@ class PoolPlan:
     code: PoolCode
 
 
-class PoolWindow:
+class PoolWindow(PlannedRecipe[PoolPlan]):
     """Recipe for `data_reuse.pooling_window_reuse`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)  # outputs per program (along W first)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self.plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self.plan(view)
+    def render(self, view: TaskView, plan: PoolPlan, config: KernelConfig) -> str:
         code, pool = plan.code, plan.pool
         fused = code.pre is not None or code.post is not None
         stem = f"{pool.op}_fused" if fused else pool.op

@@ -11,7 +11,9 @@ runtime compares tf32 candidates at the tf32 policy's tolerance and labels every
 from __future__ import annotations
 
 from htam_graph.model import PrecisionPolicy
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView, header_line
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView, header_line
+from htam_graph.rules.fused_elementwise import Region
+from htam_graph.rules.ops import OpNode
 from htam_graph.rules.recipes.library_epilogue import KEY as EPILOGUE_KEY
 from htam_graph.rules.recipes.library_epilogue import LIBRARY_CALL_MARKS, LibraryEpilogue
 
@@ -29,7 +31,7 @@ def _is_conv(op: str) -> bool:
     return op.startswith(("conv", "conv_transpose"))
 
 
-class Tf32Library:
+class Tf32Library(PlannedRecipe[tuple[OpNode, Region, str]]):
     """Recipe for `precision.tf32_matmul` (linear / matmul / mm / bmm) or `precision.tf32_convolution`."""
 
     default_config = LibraryEpilogue.default_config
@@ -40,9 +42,10 @@ class Tf32Library:
         self.key = key
         self._epilogue = LibraryEpilogue()
 
-    def check(self, view: TaskView) -> Applicability:
+    def plan(self, view: TaskView) -> tuple[OpNode, Region, str]:
+        """The library epilogue's plan, under the tf32 policy and for this recipe's library op only."""
         if view.precision_policy is not PrecisionPolicy.TF32:
-            return Applicability.no(
+            raise NotApplicable(
                 f"{self.key} changes precision: it applies only under the tf32 precision policy, "
                 f"and this run's policy is {view.precision_policy.value}"
             )
@@ -50,17 +53,14 @@ class Tf32Library:
         wanted = op in _MATMUL_OPS if self.key == TF32_MATMUL else _is_conv(op)
         if not wanted:
             family = "a matmul / linear" if self.key == TF32_MATMUL else "a convolution"
-            return Applicability.no(f"the forward does not start with {family} library op")
-        verdict = self._epilogue.check(view)  # the same kernel: a custom epilogue must exist to launch
-        if not verdict:
-            return Applicability.no(f"{EPILOGUE_KEY}: {verdict.reason}")
-        return Applicability.yes()
+            raise NotApplicable(f"the forward does not start with {family} library op")
+        try:  # the same kernel: a custom epilogue must exist to launch
+            return self._epilogue.plan(view)
+        except NotApplicable as e:
+            raise NotApplicable(f"{EPILOGUE_KEY}: {e}") from e
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        verdict = self.check(view)
-        if not verdict:
-            raise NotApplicable(verdict.reason)
-        return self._with_tf32(self._epilogue.emit(view, config), config)
+    def render(self, view: TaskView, plan: tuple[OpNode, Region, str], config: KernelConfig) -> str:
+        return self._with_tf32(self._epilogue.render(view, plan, config), config)
 
     def _with_tf32(self, source: str, config: KernelConfig) -> str:
         """The epilogue file with its library call wrapped in the TF32 scope (and named as this recipe)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import OpGraph, OpKind, OpNode
 from htam_graph.rules.recipes.library_epilogue import (
@@ -18,7 +18,7 @@ from htam_graph.rules.triton_math import helper_sources
 __all__ = ["ReductionRecipe"]
 
 
-class ReductionRecipe:
+class ReductionRecipe(PlannedRecipe[ReducePlan]):
     """Shared check/emit; subclasses set `key`, `summary` and `accept(plan)` (raise NotApplicable)."""
 
     key = ""
@@ -37,17 +37,11 @@ class ReductionRecipe:
         self.accept(plan)
         return plan
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = self.plan(view)
-            reduction_source(plan, self.default_config)  # fail here, not at emit time, on inexpressible ops
-            _library_lines(view, plan)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def probe(self, view: TaskView, plan: ReducePlan) -> None:
+        reduction_source(plan, self.default_config)  # fail here, not at emit time, on inexpressible ops
+        _library_lines(view, plan)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self.plan(view)
+    def render(self, view: TaskView, plan: ReducePlan, config: KernelConfig) -> str:
         pieces, kernel_name, launcher_name = reduction_source(plan, config)
         args, guards = launcher_call(plan)
         body = list(guards)

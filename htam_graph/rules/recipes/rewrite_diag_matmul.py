@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import OpGraph, OpKind, Ref, number
 
@@ -61,21 +61,13 @@ class DiagPlan:
     form: str  # what the forward wrote, for the header
 
 
-class DiagMatmulAsBroadcast:
+class DiagMatmulAsBroadcast(PlannedRecipe[DiagPlan]):
     """Recipe for `algebraic_rewrite.diag_matmul_as_broadcast`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self.plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = self.plan(view)
+    def render(self, view: TaskView, plan: DiagPlan, config: KernelConfig) -> str:
         what = "diag(a) @ B = a[:, None] * B" if plan.scale_rows else "B @ diag(a) = B * a[None, :]"
         parts = SourceParts(
             recipe_key=KEY,

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, Recipe, TaskView, header_line
+from htam_graph.rules.base import (
+    KernelConfig,
+    NotApplicable,
+    PlannedRecipe,
+    Recipe,
+    TaskView,
+    header_line,
+)
 from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref, Value
 
 KEY = "algebraic_rewrite.drop_noops"
 
 
-class DropNoops:
+class DropNoops(PlannedRecipe[tuple[Recipe, TaskView, list[str]]]):
     """Recipe for `algebraic_rewrite.drop_noops` over the given fusion recipes (tried in order)."""
 
     key = KEY
@@ -29,15 +36,8 @@ class DropNoops:
     def __init__(self, fusers: list[Recipe]) -> None:
         self._fusers = fusers
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self.plan(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        fuser, rewritten, dropped = self.plan(view)
+    def render(self, view: TaskView, plan: tuple[Recipe, TaskView, list[str]], config: KernelConfig) -> str:
+        fuser, rewritten, dropped = plan
         source = fuser.emit(rewritten, config)
         _, _, rest = source.partition("\n")
         note = (

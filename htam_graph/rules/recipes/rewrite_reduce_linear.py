@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, number
 from htam_graph.rules.recipes.gemm_row_kernel import WINDOW_SOURCE, row_source
@@ -67,22 +67,19 @@ class LinearReduce:
     rest: RowPlan
 
 
-class ReduceBeforeLinear:
+class ReduceBeforeLinear(PlannedRecipe[LinearReduce]):
     """Recipe for `algebraic_rewrite.reduce_before_linear`."""
 
     key = KEY
     default_config = KernelConfig(block=1024, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            rewrite = plan_rewrite(view.graph)
-            row_source(rewrite.rest, self.default_config, "probe")
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> LinearReduce:
+        return plan_rewrite(view.graph)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        rewrite = plan_rewrite(view.graph)
+    def probe(self, view: TaskView, plan: LinearReduce) -> None:
+        row_source(plan.rest, self.default_config, "probe")
+
+    def render(self, view: TaskView, rewrite: LinearReduce, config: KernelConfig) -> str:
         plan = rewrite.rest
         pieces = row_source(plan, config, "reduced_linear")
         y, reducer = plan.library_var, rewrite.reducer

@@ -8,7 +8,7 @@ kernels are in every generated file; the launcher picks one from the row length 
 
 from __future__ import annotations
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.ops import AttrScalar, OpKind, OpNode, Ref, number
 
@@ -78,21 +78,13 @@ _LAUNCHER = '''def {name}_rows(x: torch.Tensor) -> torch.Tensor:
 '''
 
 
-class RowSoftmax:
+class RowSoftmax(PlannedRecipe[OpNode]):
     """Recipe for `reduction_structure.row_softmax`."""
 
     key = KEY
     default_config = KernelConfig(block=2048, num_warps=8, max_single_block=16384)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            self._softmax_node(view)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
-
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        node = self._softmax_node(view)
+    def render(self, view: TaskView, node: OpNode, config: KernelConfig) -> str:
         if config.block > config.max_single_block:
             raise NotApplicable("the looped chunk must not exceed max_single_block")
         log = node.op == "log_softmax"
@@ -125,8 +117,7 @@ class RowSoftmax:
         )
         return render_file(parts, view.skeleton)
 
-    @staticmethod
-    def _softmax_node(view: TaskView) -> OpNode:
+    def plan(self, view: TaskView) -> OpNode:
         graph = view.graph
         if len(graph.nodes) != 1 or graph.nodes[0].kind is not OpKind.SOFTMAX:
             raise NotApplicable("the forward is not a single softmax / log_softmax")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import SourceParts, render_file
 from htam_graph.rules.fused_elementwise import identifier
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value, number
@@ -173,21 +173,16 @@ def _node(graph: OpGraph, value: Value) -> OpNode:
     return node
 
 
-class BlockScan:
+class BlockScan(PlannedRecipe[ScanPlan]):
     """Recipe for `reduction_structure.block_scan`."""
 
     key = KEY
     default_config = KernelConfig(block=2048, num_warps=8)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan_scan(view.graph)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> ScanPlan:
+        return plan_scan(view.graph)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = plan_scan(view.graph)
+    def render(self, view: TaskView, plan: ScanPlan, config: KernelConfig) -> str:
         tensors = [_forward_expr(view, ref) for ref in plan.tensors]
         helpers = helper_sources(_value_lines(plan, "")[1]) + ([_COMBINE] if plan.op == "cumprod" else [])
         dim = f"int(self.{plan.dim.path})" if isinstance(plan.dim, AttrScalar) else repr(number(plan.dim))
