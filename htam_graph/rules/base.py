@@ -18,8 +18,8 @@ from htam_graph.errors import HtamError
 from htam_graph.model import PrecisionPolicy
 
 if TYPE_CHECKING:
+    from htam_graph.rules.analysis.skeleton import ModelSkeleton
     from htam_graph.rules.ops import OpGraph
-    from htam_graph.rules.skeleton import ModelSkeleton
 
 P = TypeVar("P")
 

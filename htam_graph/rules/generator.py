@@ -21,10 +21,10 @@ from htam_graph.model import (
     Usage,
 )
 from htam_graph.rules.analysis import analyse_source
+from htam_graph.rules.analysis.skeleton import model_skeleton
 from htam_graph.rules.autotune import Autotuner, show_config
 from htam_graph.rules.base import Applicability, NotApplicable, Recipe, TaskView
 from htam_graph.rules.recipes import TuningRecipe, default_recipes
-from htam_graph.rules.skeleton import model_skeleton
 
 log = logging.getLogger(__name__)
 

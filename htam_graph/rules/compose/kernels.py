@@ -13,11 +13,11 @@
 
 from __future__ import annotations
 
+from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
 from htam_graph.rules.compose.stats import accumulate_lines, finalize_lines, init_lines
-from htam_graph.rules.fused_elementwise import operand_renderer
 from htam_graph.rules.ops import Const
 
 __all__ = ["kernel_source"]

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
-from htam_graph.rules.codegen import SourceParts, render_file
+from htam_graph.rules.codegen.fused_elementwise import BROADCAST_LAYOUT_SOURCE
+from htam_graph.rules.codegen.model_file import SourceParts, render_file
+from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.compose.group import Group, build_group
 from htam_graph.rules.compose.kernels import kernel_source
 from htam_graph.rules.compose.launchers import ROW_HELPERS_SOURCE, constants, launcher_source
@@ -21,10 +23,8 @@ from htam_graph.rules.compose.partition import FusedStage, Stage, TorchStage, dr
 from htam_graph.rules.compose.reducers import REDUCING_KINDS
 from htam_graph.rules.compose.stats import PROD_COMBINE
 from htam_graph.rules.compose.torch_calls import torch_call
-from htam_graph.rules.fused_elementwise import BROADCAST_LAYOUT_SOURCE
 from htam_graph.rules.ops import OpGraph, OpKind
-from htam_graph.rules.recipes.library_epilogue import fold_conv_bias, fold_linear_bias
-from htam_graph.rules.triton_math import helper_sources
+from htam_graph.rules.recipes.elementwise.library_epilogue import fold_conv_bias, fold_linear_bias
 
 __all__ = ["ComposedKernels", "KEY", "ComposedPlan", "plan_composed"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.codegen.fused_elementwise import operand_renderer
+from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.compose.group import Group, Leaf, Space, values_of
 from htam_graph.rules.compose.stats import element_value, row_value
-from htam_graph.rules.fused_elementwise import operand_renderer
 from htam_graph.rules.ops import OpNode, Ref
-from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["SectionWriter"]
 

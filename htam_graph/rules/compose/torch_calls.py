@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import Const, OpGraph, OpKind, OpNode, Ref, Value
-from htam_graph.rules.recipes.library_epilogue import _library_call
+from htam_graph.rules.recipes.elementwise.library_epilogue import _library_call
 
 __all__ = ["torch_call"]
 
