@@ -113,7 +113,7 @@ class OpGraph:
     output: Ref
     scalar_attrs: tuple[tuple[str, float | int], ...] = field(default=())  # root numeric attributes
     # True when shape introspection in the forward (`len(w.shape)`, `x.size(0)`) was answered with the analysed
-    # sizes, so constants derived from them hold for those sizes only (rules/analysis_trace.py)
+    # sizes, so constants derived from them hold for those sizes only (rules/analysis/trace.py)
     shape_specialised: bool = False
 
     def tensor(self, name: str) -> TensorInfo | None:

@@ -1,10 +1,13 @@
-"""The analysis of a task's source: its forward traced by torch.fx and normalised into an `OpGraph`
-(`normalise.py`, with the trace fallbacks, casts, constants, functional and structural forms and views in the
-modules beside it), and the parts of the source `ModelNew` reuses (`skeleton.py`).
+"""The analysis of a task's source: its forward traced by torch.fx and normalised into an `OpGraph`.
+
+source.py is the entry (build on the meta device, trace, shape-propagate); normalise.py turns the fx nodes
+into ops, helped by trace.py (fallbacks), casts.py, constants.py, functional.py, structural.py and views.py;
+scalars.py finds numeric model attributes among the constants; skeleton.py keeps the parts of the source that
+the generated `ModelNew` reuses.
 
 Public API: `analyse_source(source) -> OpGraph` (cached by source; raises NotApplicable).
 """
 
-from htam_graph.rules.analysis.normalise import analyse_source
+from htam_graph.rules.analysis.source import analyse_source
 
 __all__ = ["analyse_source"]

@@ -1,23 +1,16 @@
-"""Analyse a task's reference forward with torch.fx into a small typed op graph (`htam_graph.rules.ops`).
+"""Normalise one traced forward (a torch.fx GraphModule) into the typed op graph (`htam_graph.rules.ops`).
 
-The model and its inputs are built on the meta device (the task's own sizes, no memory, no arithmetic), traced
-with `torch.fx.symbolic_trace` (with fallbacks for `fn=` defaults and shape introspection: trace.py)
-and shape-propagated. Every call is normalised to a canonical op; anything not in
-the tables (control flow, reductions, views, unknown modules) makes the task not applicable, with the reason:
-the rules never guess. One view idiom is understood: `x.view(b, c, -1)` -> softmax over the flattened dim -> view
-back to x's shape is folded into one softmax over x's trailing dims (views.py).
-
-Scalars that came from numeric model attributes (`self.divisor`) are found by tracing a second copy whose
-numeric attributes hold unique marker values: a constant that changes to a marker is that attribute, so the
-generated code reads `self.divisor` at run time instead of baking the value.
+Every call is normalised to a canonical op: function, method and module calls share one name map
+(`ops.SIGNATURES`, `ops.MODULE_OPS`) and one argument binder; `getitem` / `.values` of a min/max over a dim
+and `.T` / `.mT` are understood. Anything not in the tables (control flow, unknown ops or modules) makes the
+task not applicable, with the reason: the rules never guess. One view idiom is understood:
+`x.view(b, c, -1)` -> softmax over the flattened dim -> view back to x's shape is folded into one softmax over
+x's trailing dims (views.py).
 """
 
 from __future__ import annotations
 
-import functools
 import operator
-import types
-import warnings
 from typing import Any
 
 from htam_graph.rules.analysis.casts import is_noop_cast
@@ -30,7 +23,6 @@ from htam_graph.rules.analysis.structural import (
     int_valued,
     refined_kind,
 )
-from htam_graph.rules.analysis.trace import trace_model
 from htam_graph.rules.analysis.views import FlattenedSoftmax, find_flattened_softmaxes
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import (
@@ -49,77 +41,11 @@ from htam_graph.rules.ops import (
     number,
 )
 
-__all__ = ["analyse_source", "load_namespace"]
-
-_MARKER_BASE = 7919.0  # float marker i is _MARKER_BASE + i / 512 (exact in binary, unlikely in a task)
-_INT_MARKER_BASE = 1_000_003  # int marker i is _INT_MARKER_BASE + i
+__all__ = ["normalise"]
 
 
-def load_namespace(source: str, name: str = "task") -> dict[str, Any]:
-    """Execute a task source in a fresh namespace (not registered in sys.modules)."""
-    module = types.ModuleType(name)
-    try:
-        exec(compile(source, f"<task {name}>", "exec"), module.__dict__)  # noqa: S102 - the task is the input
-    except Exception as e:  # the task's own code: any error means "cannot analyse"
-        raise NotApplicable(f"the task source failed to load: {type(e).__name__}: {e}") from e
-    for required in ("Model", "get_inputs", "get_init_inputs"):
-        if required not in module.__dict__:
-            raise NotApplicable(f"the task source defines no {required}")
-    return module.__dict__
-
-
-def analyse_source(source: str) -> OpGraph:
-    """The op graph of the task's `Model.forward` at the task's own sizes. Raises NotApplicable.
-
-    Results (graphs and reasons alike) are cached by source: `recipes_for` asks once per recipe.
-    """
-    outcome = _analyse_cached(source)
-    if isinstance(outcome, NotApplicable):
-        raise NotApplicable(str(outcome))
-    return outcome
-
-
-@functools.lru_cache(maxsize=128)
-def _analyse_cached(source: str) -> OpGraph | NotApplicable:
-    try:
-        return _analyse(source)
-    except NotApplicable as e:
-        return NotApplicable(str(e))  # without its traceback: the cache must not keep the frames alive
-
-
-def _analyse(source: str) -> OpGraph:
-    import torch
-
-    namespace = load_namespace(source)
-    with torch.device("meta"):
-        try:
-            init_inputs = list(namespace["get_init_inputs"]())
-            model = namespace["Model"](*init_inputs)
-            inputs = list(namespace["get_inputs"]())
-        except Exception as e:
-            raise NotApplicable(
-                f"building the model on the meta device failed: {type(e).__name__}: {e}"
-            ) from e
-    traced = trace_model(model, inputs)
-    gm = traced.module
-    try:
-        from torch.fx.passes.shape_prop import ShapeProp
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the task's own module warnings are not ours to raise
-            ShapeProp(gm).propagate(*inputs)
-    except Exception as e:
-        raise NotApplicable(f"shape propagation failed: {type(e).__name__}: {e}") from e
-    graph = _normalise(gm, with_shapes=True)
-    if traced.shape_specialised:
-        import dataclasses
-
-        graph = dataclasses.replace(graph, shape_specialised=True)
-    return _with_attribute_scalars(graph, namespace, init_inputs, model, inputs)
-
-
-# ------------------------------------------------------------------------------------------- normalisation
-def _normalise(gm: Any, with_shapes: bool) -> OpGraph:
+def normalise(gm: Any, with_shapes: bool) -> OpGraph:
+    """The op graph of a traced module (shapes from ShapeProp when `with_shapes`). Raises NotApplicable."""
     inline_trace_constants(gm)  # `torch.tensor(c)` in forward: a number, not an attribute (constants.py)
     names: dict[Any, str] = {}
     inputs: list[TensorInfo] = []
@@ -444,88 +370,3 @@ def _check_semantics(
     if sig.kind is OpKind.SOFTMAX and dict(params)["dim"] == Const(None):
         raise NotApplicable(f"{sig.op} without an explicit dim")
     check_total_scan_loss(sig, params)
-
-
-# ------------------------------------------------------------------------------------------- attribute scalars
-def _root_scalars(model: Any) -> list[tuple[str, float | int]]:
-    return [
-        (k, v)
-        for k, v in vars(model).items()
-        if not k.startswith("_") and k != "training" and type(v) in (int, float)
-    ]
-
-
-def _with_attribute_scalars(
-    graph: OpGraph, namespace: dict[str, Any], init_inputs: list[Any], model: Any, inputs: list[Any]
-) -> OpGraph:
-    """Replace constants that are root numeric attributes by AttrScalar (see the module docstring).
-
-    All attributes are marked in one trace; when that trace fails or changes the structure (an attribute
-    that is also a shape, or a `dim` that torch checks is an int), each attribute is tried on its own.
-    """
-    import dataclasses
-
-    scalars = _root_scalars(model)
-    graph = dataclasses.replace(graph, scalar_attrs=tuple(scalars))
-    if not scalars:
-        return graph
-    markers = {name: _marker(i, value) for i, (name, value) in enumerate(scalars)}
-    marked = _mark_with(graph, namespace, init_inputs, inputs, markers)
-    if marked is not None:
-        return marked
-    for name, marker in markers.items():
-        graph = _mark_with(graph, namespace, init_inputs, inputs, {name: marker}) or graph
-    return graph
-
-
-def _marker(i: int, value: float | int) -> float | int:
-    """A value no task uses, of the attribute's own type (torch checks that a `dim` is an int)."""
-    return _MARKER_BASE + i / 512 if isinstance(value, float) else _INT_MARKER_BASE + i
-
-
-def _mark_with(
-    graph: OpGraph,
-    namespace: dict[str, Any],
-    init_inputs: list[Any],
-    inputs: list[Any],
-    markers: dict[str, float | int],
-) -> OpGraph | None:
-    """The graph with the constants that follow `markers` replaced; None if the marked trace differs."""
-    import dataclasses
-
-    import torch
-
-    with torch.device("meta"):
-        twin = namespace["Model"](*init_inputs)
-    for name, marker in markers.items():
-        setattr(twin, name, marker)
-    try:
-        marked = _normalise(trace_model(twin, inputs).module, with_shapes=False)
-    except NotApplicable:
-        return None
-    if [(n.op, n.kind) for n in marked.nodes] != [(n.op, n.kind) for n in graph.nodes]:
-        return None
-    by_marker = {(type(m), m): name for name, m in markers.items()}
-    nodes = tuple(_mark_node(n, m, by_marker) for n, m in zip(graph.nodes, marked.nodes, strict=True))
-    return dataclasses.replace(graph, nodes=nodes)
-
-
-def _mark_node(node: OpNode, marked: OpNode, by_marker: dict[tuple[type, float | int], str]) -> OpNode:
-    import dataclasses
-
-    def mark(original: Value, twin: Value) -> Value:
-        if not (isinstance(original, Const) and isinstance(twin, Const)):
-            return original
-        value, seen = original.value, twin.value
-        if not isinstance(seen, int | float) or isinstance(seen, bool):
-            return original
-        name = by_marker.get((type(seen), seen))
-        if name is None and isinstance(seen, float) and seen.is_integer():
-            name = by_marker.get((int, int(seen)))  # an int attribute inlined from a 0-d tensor constant
-        if name is not None and isinstance(value, int | float) and not isinstance(value, bool):
-            return AttrScalar(name, value)
-        return original
-
-    operands = tuple(mark(a, b) for a, b in zip(node.operands, marked.operands, strict=True))
-    params = tuple((k, mark(a, b)) for (k, a), (_, b) in zip(node.params, marked.params, strict=True))
-    return dataclasses.replace(node, operands=operands, params=params)

@@ -1,6 +1,6 @@
 """Analysis of the forms the loss and scan recipes need: full reductions, losses, sizes, narrow / select / cat.
 
-Kept apart from `analysis.py` (which calls these while normalising each fx node):
+Kept apart from `normalise.py` (which calls these while normalising each fx node):
 - `torch.mean(x)` / `x.sum()` without a dim become TOTAL nodes (a 0-d result over every element);
 - functional losses keep their `reduction` as a parameter (legacy `size_average` / `reduce` / `weight` reject);
 - `x.size(d)` and Python arithmetic on sizes become int-valued STRUCTURAL nodes, decided from the graph alone

@@ -31,7 +31,7 @@ from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref
 
 KEY = "fusion.library_epilogue"
 _TORCH_NAMESPACE = {"matmul": "torch", "mm": "torch", "bmm": "torch"}  # the rest live in torch.nn.functional
-# The comment that ends the library call's line in ModelNew.forward (precision_tf32 wraps that line)
+# The comment that ends the library call's line in ModelNew.forward (elementwise/tf32.py wraps that line)
 LIBRARY_CALL_MARKS = ("# library op, unchanged", "# library op without its bias: the epilogue adds it")
 _CONVS = ("conv1d", "conv2d", "conv3d")
 _CONV_TRANSPOSES = ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")

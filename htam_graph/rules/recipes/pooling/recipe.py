@@ -4,7 +4,7 @@ Applies to a forward of the form  [library op] -> elementwise prologue -> nn.Max
 elementwise epilogue  (each part optional except the pool): KernelBench's plain pooling tasks and the level2
 `Conv..._AvgPool` / `..._MaxPool` chains. The library op (conv, conv_transpose, linear) stays the same module
 call as in Model, so the weights are the same objects; the prologue, the pooling window loop and the epilogue
-are ONE kernel (see `pool_codegen`), so the conv output is read once and only the pooled tensor is written.
+are ONE kernel (see `codegen.py`), so the conv output is read once and only the pooled tensor is written.
 
 Window parameters (kernel_size, stride, padding, dilation, ceil_mode, count_include_pad, divisor_override) are
 read from the pooling module at run time, so the file serves any configuration of the same module type.
