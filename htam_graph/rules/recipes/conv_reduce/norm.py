@@ -14,11 +14,11 @@ from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.ops import Ref
 from htam_graph.rules.recipes.conv_reduce.plan import ConvReducePlan
-from htam_graph.rules.recipes.reduce.kernel import _COMBINES
+from htam_graph.rules.recipes.reduce.statistics import COMBINES
 
 __all__ = ["WELFORD_COMBINE", "stats_kernel_source", "stats_finish_source", "stats_launcher_source"]
 
-WELFORD_COMBINE = "@triton.jit\n" + _COMBINES["welford"]
+WELFORD_COMBINE = "@triton.jit\n" + COMBINES["welford"]
 
 
 def stats_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]:

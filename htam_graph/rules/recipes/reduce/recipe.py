@@ -12,7 +12,8 @@ from htam_graph.rules.recipes.elementwise.library_epilogue import (
     fold_conv_bias,
     fold_linear_bias,
 )
-from htam_graph.rules.recipes.reduce.kernel import launcher_call, reduction_source
+from htam_graph.rules.recipes.reduce.kernel import reduction_source
+from htam_graph.rules.recipes.reduce.launcher import launcher_call
 from htam_graph.rules.recipes.reduce.plan import ReducePlan, plan_reduction
 
 __all__ = ["ReductionRecipe"]
