@@ -1,7 +1,7 @@
 """Shared types of the offline rule generator: applicability, kernel configurations, the recipe protocol.
 
-A recipe is an executable local strategy: it checks whether it applies to a task's analysed forward and, if so,
-writes a standalone `ModelNew` source with real Triton kernels. Every generated file starts with one
+A recipe is an executable local strategy: it checks whether it applies to a task's analysed forward and, if
+so, writes a standalone `ModelNew` source with real Triton kernels. Every generated file starts with one
 machine-readable header line (`# htam-rules: {...}`) naming the recipe and the `KernelConfig` it was written
 with, so a tuning recipe can re-emit the current best kernel with another configuration.
 """
@@ -132,7 +132,10 @@ class Recipe(Protocol):
         ...
 
     def emit(self, view: TaskView, config: KernelConfig) -> str:
-        """The complete ModelNew source; only called after `check` said yes. Raises NotApplicable otherwise."""
+        (
+            """The complete ModelNew source; only called after `check` said yes. Raises NotApplicable """
+            """otherwise."""
+        )
         ...
 
 

@@ -1,9 +1,9 @@
-"""Dtype casts that change nothing: `x.float()`, `y.type_as(x)`, `x.to(torch.float32)` on a tensor that already
-has that dtype.
+"""Dtype casts that change nothing: `x.float()`, `y.type_as(x)`, `x.to(torch.float32)` on a tensor that
+already has that dtype.
 
 Functional task forms write them defensively (Robust-KBench's RMSNorm: `x.float()` before the statistics and
-`.type_as(x)` after them), and on float32 inputs they are the identity, so the analysis reads through them: the
-cast's value is its input's. A cast that changes the dtype stays unsupported (the rules never guess).
+`.type_as(x)` after them), and on float32 inputs they are the identity, so the analysis reads through them:
+the cast's value is its input's. A cast that changes the dtype stays unsupported (the rules never guess).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ _DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16"})  # x.float()
 
 
 def is_noop_cast(fx_node: Any, with_shapes: bool) -> bool:
-    """Whether `fx_node` is a dtype cast of a traced tensor to its own dtype (always assumed without shapes: the
-    marker trace only mirrors a graph whose casts were already checked with shapes)."""
+    """Whether `fx_node` is a dtype cast of a traced tensor to its own dtype (always assumed without shapes:
+    the marker trace only mirrors a graph whose casts were already checked with shapes)."""
     import torch.fx
 
     if fx_node.op != "call_method" or not _is_cast_call(fx_node):

@@ -1,16 +1,17 @@
 """Tensor constants that torch.fx creates while tracing, made into numbers the generated code can carry.
 
 A tensor built inside `forward` (`torch.min(x, torch.tensor(self.c))`), or computed there from a plain tensor
-attribute, is not a parameter or buffer of the model: fx stores it on the traced module as `_tensor_constant<i>`
-and reads it with a `get_attr` node. ModelNew copies the task's `__init__`, not its forward, so it never has that
-attribute: code that read it would fail with `'ModelNew' object has no attribute '_tensor_constant0'`.
+attribute, is not a parameter or buffer of the model: fx stores it on the traced module as
+`_tensor_constant<i>` and reads it with a `get_attr` node. ModelNew copies the task's `__init__`, not its
+forward, so it never has that attribute: code that read it would fail with `'ModelNew' object has no attribute
+'_tensor_constant0'`.
 
 A 0-d numeric constant with data is replaced, in every node that reads it, by its Python number (a float:
 `torch.min(x, torch.tensor(2))` must stay the elementwise minimum, not become a reduction over dim 2). The
-analysis's attribute markers then recognise one that came from a numeric model attribute, so the generated code
-reads `self.c` at run time. Any other such constant (more than one element, or without data because the model
-was built on the meta device) makes the task not applicable, with the reason: the rules never emit a module that
-reads an attribute it does not define.
+analysis's attribute markers then recognise one that came from a numeric model attribute, so the generated
+code reads `self.c` at run time. Any other such constant (more than one element, or without data because the
+model was built on the meta device) makes the task not applicable, with the reason: the rules never emit a
+module that reads an attribute it does not define.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _number(value: Any, name: str) -> float:
         raise NotApplicable(f"the traced constant {name} is not a tensor")
     if value.dim() != 0:
         raise NotApplicable(
-            f"a tensor of shape {tuple(value.shape)} built inside forward ({name}): only 0-d constants are inlined"
+            f"a tensor of shape {tuple(value.shape)} built inside forward ({name}): only 0-d "
+            "constants are inlined"
         )
     if value.is_meta:
         raise NotApplicable(

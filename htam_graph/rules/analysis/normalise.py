@@ -189,7 +189,10 @@ def _call_node(
 
 
 def _is_min_max_over_dim(fx_node: Any) -> bool:
-    """`torch.min(x, dim)` / `x.max(dim, keepdim)`: a (values, indices) reduction, not the elementwise form."""
+    (
+        """`torch.min(x, dim)` / `x.max(dim, keepdim)`: a (values, indices) reduction, """
+        """not the elementwise form."""
+    )
     import torch
 
     if fx_node.op == "call_function":
@@ -254,7 +257,10 @@ def _values_reduction(fx_node: Any, names: dict[Any, str], with_shapes: bool) ->
 
 
 def _function_signature(target: Any) -> Signature:
-    """Functions are recognised only when they ARE torch.<name>, torch.nn.functional.<name> or operator.<name>."""
+    (
+        """Functions are recognised only when they ARE torch.<name>, """
+        """torch.nn.functional.<name> or operator.<name>."""
+    )
     import torch
     import torch.nn.functional as F
 

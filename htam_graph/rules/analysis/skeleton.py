@@ -74,9 +74,9 @@ def _skeleton(source: str) -> ModelSkeleton:
 
 
 def _forward_args(forward: ast.FunctionDef) -> tuple[str, ...]:
-    """ModelNew.forward's parameters: the task's names; a default is kept when it is a literal and becomes None
-    otherwise (`fn=forward_fn` names a function the standalone file lacks; the analysis traced that default,
-    so the kernel computes what the task computes when the parameter is not passed)."""
+    """ModelNew.forward's parameters: the task's names; a default is kept when it is a literal and becomes
+    None otherwise (`fn=forward_fn` names a function the standalone file lacks; the analysis traced that
+    default, so the kernel computes what the task computes when the parameter is not passed)."""
     params = forward.args.args[1:]
     defaults = [None] * (len(params) - len(forward.args.defaults)) + list(forward.args.defaults)
     out = []

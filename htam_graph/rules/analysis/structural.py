@@ -1,10 +1,11 @@
-"""Analysis of the forms the loss and scan recipes need: full reductions, losses, sizes, narrow / select / cat.
+"""Analysis of the forms the loss and scan recipes need: full reductions, losses, sizes, narrow / select /
+cat.
 
 Kept apart from `normalise.py` (which calls these while normalising each fx node):
 - `torch.mean(x)` / `x.sum()` without a dim become TOTAL nodes (a 0-d result over every element);
-- functional losses keep their `reduction` as a parameter (legacy `size_average` / `reduce` / `weight` reject);
-- `x.size(d)` and Python arithmetic on sizes become int-valued STRUCTURAL nodes, decided from the graph alone
-  (the attribute-marking trace has no shapes, and both traces must give the same node kinds);
+- functional losses keep their `reduction` as a parameter (legacy `size_average` / `reduce` / `weight`
+reject); - `x.size(d)` and Python arithmetic on sizes become int-valued STRUCTURAL nodes, decided from the
+  graph alone (the attribute-marking trace has no shapes, and both traces must give the same node kinds);
 - `torch.cat((a, b), d)` gets its tensors as operands.
 """
 
@@ -42,7 +43,10 @@ def refined_kind(sig: Signature, params: tuple[tuple[str, Value], ...]) -> OpKin
 
 
 def int_valued(fx_node: Any) -> bool:
-    """`x.size(d)` and Python arithmetic on such sizes (decided from the graph alone, with or without shapes)."""
+    (
+        """`x.size(d)` and Python arithmetic on such sizes (decided from the graph alone, """
+        """with or without shapes)."""
+    )
     import torch.fx
 
     if fx_node.op == "call_method" and fx_node.target == "size":

@@ -63,8 +63,9 @@ def trace_model(model: Any, inputs: list[Any]) -> Traced:
 
 @contextlib.contextmanager
 def _defaults_bound(model: Any, n_inputs: int) -> Iterator[bool]:
-    """While inside: `type(model).forward` takes only the `n_inputs` passed values and calls the task's forward
-    with its other parameters at their defaults (True), or nothing changed (False: no such parameters).
+    """While inside: `type(model).forward` takes only the `n_inputs` passed values and calls the task's
+    forward with its other parameters at their defaults (True), or nothing changed (False: no such
+    parameters).
 
     fx traces `type(root).forward` and cannot make a placeholder of a function default, so the model's class
     is swapped for a subclass with that narrower forward, and swapped back on exit.

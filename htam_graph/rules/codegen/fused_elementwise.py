@@ -3,8 +3,8 @@
 The kernel walks the flattened output with a 1D grid (`BLOCK` elements per program, masked tail), loads every
 operand once, widens it to fp32, evaluates the ops in order and stores the result. Operands of the output's
 shape are read at the flat offset; broadcast operands (a per-channel bias `(C, 1, 1)` on an NCHW output, a
-`(F,)` bias on `(B, F)`, a 0-d parameter) are read at `(offs // inner) % size`, with `inner`/`size` computed by
-the launcher from the tensors' shapes at run time: nothing depends on the task's sizes.
+`(F,)` bias on `(B, F)`, a 0-d parameter) are read at `(offs // inner) % size`, with `inner`/`size` computed
+by the launcher from the tensors' shapes at run time: nothing depends on the task's sizes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 _RESERVED = {"pid", "offs", "mask", "n_elements", "out_ptr", "out", "grid", "tl", "triton", "torch", "BLOCK"}
 
 # Emitted once into every file with a broadcast operand: the launcher-side half of the index arithmetic.
-BROADCAST_LAYOUT_SOURCE = '''def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int]:
+BROADCAST_LAYOUT_SOURCE = '''\
+def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int]:
     """(inner, size) such that element i of the flat output reads element (i // inner) % size of the operand.
 
     Works when the operand's non-1 dimensions (right-aligned against the output) are one contiguous block of
@@ -103,10 +104,10 @@ def identifier(name: str, taken: set[str]) -> str:
 def operand_renderer(
     tensors: dict[str, str] | Callable[[str], str], scalars: dict[str, str], where: str = ""
 ) -> Callable[[Value], str]:
-    """How an op's operand reads in kernel code: a tensor by its variable in `tensors` (a dict read at call time,
-    so variables added after this call are seen, or a function of the graph name for kernels that index or
-    load some tensors specially), a scalar attribute by its argument, a number literally. Raises NotApplicable
-    for anything else (`where` ends the reason, e.g. " before the norm")."""
+    """How an op's operand reads in kernel code: a tensor by its variable in `tensors` (a dict read at call
+    time, so variables added after this call are seen, or a function of the graph name for kernels that index
+    or load some tensors specially), a scalar attribute by its argument, a number literally. Raises
+    NotApplicable for anything else (`where` ends the reason, e.g. " before the norm")."""
 
     def render(value: Value) -> str:
         if isinstance(value, Ref):
@@ -201,7 +202,8 @@ def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tup
         f"def {kernel_name}(",
         *(f"    {p}," for p in params),
         "):",
-        f'    """Fused {region.describe()}: one program computes BLOCK consecutive output elements in fp32."""',
+        f'    """Fused {region.describe()}: one program computes BLOCK consecutive output elements in '
+        'fp32."""',
         "    pid = tl.program_id(0)",
         "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
         "        pid = pid.to(tl.int64)",
@@ -247,7 +249,10 @@ def region_body(
 
 
 def launcher_source(region: Region, launcher_name: str, kernel_name: str, config: KernelConfig) -> str:
-    """The Python function that allocates the output, computes the broadcast layouts and launches the kernel."""
+    (
+        """The Python function that allocates the output, computes the broadcast layouts and launches """
+        """the kernel."""
+    )
     tensors = [leaf.arg for leaf in region.leaves]
     signature = ", ".join(
         [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
@@ -262,7 +267,8 @@ def launcher_source(region: Region, launcher_name: str, kernel_name: str, config
         if not leaf.broadcast:
             lines.append(f"    if {leaf.arg}.shape != out_shape:")
             lines.append(
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple(out_shape)}}")'
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(out_shape)}}")'
             )
         lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
         if leaf.broadcast:

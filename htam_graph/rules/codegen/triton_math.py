@@ -1,10 +1,10 @@
 """Triton expressions for the canonical elementwise ops, in fp32, portable across Triton 3.x.
 
-Only `tl.exp`, `tl.log`, `tl.sqrt`, `tl.abs`, `tl.maximum`, `tl.minimum`, `tl.where` and `tl.math.erf` are used
-(present in Triton 3.0 and later, on CUDA and under TRITON_INTERPRET=1). Everything else (tanh, sigmoid, log1p,
-expm1, softplus, gelu) is a small `@triton.jit` helper emitted into the generated file, so the source stands
-alone. The formulas follow PyTorch's own kernels (thresholds, constants, operation order) so results agree to
-a few ulp.
+Only `tl.exp`, `tl.log`, `tl.sqrt`, `tl.abs`, `tl.maximum`, `tl.minimum`, `tl.where` and `tl.math.erf` are
+used (present in Triton 3.0 and later, on CUDA and under TRITON_INTERPRET=1). Everything else (tanh, sigmoid,
+log1p, expm1, softplus, gelu) is a small `@triton.jit` helper emitted into the generated file, so the source
+stands alone. The formulas follow PyTorch's own kernels (thresholds, constants, operation order) so results
+agree to a few ulp.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The forward is cut into stages (partition.py): library ops (conv, conv-transpose
 views stay PyTorch calls (cuDNN / cuBLAS), and every run of elementwise ops with at most one reduction or
 normalisation between them becomes ONE Triton kernel (group.py, kernels.py), whatever the ops are: an
 elementwise prologue before a GEMM, a GEMM's epilogue with a norm and more elementwise ops after it, a conv
-followed by a reduction. A conv's or an nn.Linear's bias (the forward's first op) moves into the kernel after it.
-No special recipe is needed for a new combination of supported ops.
+followed by a reduction. A conv's or an nn.Linear's bias (the forward's first op) moves into the kernel after
+it. No special recipe is needed for a new combination of supported ops.
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ KEY = "fusion.composed_kernels"
 
 @dataclass(frozen=True)
 class ComposedPlan:
-    """The stages of the forward, the group of every fused stage (by stage index) and each stage's variable."""
+    (
+        """The stages of the forward, the group of every fused stage (by stage index) and each stage's """
+        """variable."""
+    )
 
     graph: OpGraph
     stages: tuple[Stage, ...]
@@ -155,14 +158,15 @@ def _batch_norm_guard(group: Group) -> list[str]:
     module = f"self.{red.node.module_path}"
     return [
         f"if not {module}.training and {module}.running_mean is not None:",
-        '    raise RuntimeError("this composed batch norm kernel uses batch statistics (training mode) only")',
+        '    raise RuntimeError("this composed batch norm kernel uses batch statistics (training '
+        'mode) only")',
     ]
 
 
 def _fold_first_bias(graph: OpGraph) -> OpGraph:
-    """A conv / nn.Linear module's bias moved into the kernel after it (library_epilogue.fold_conv_bias): cuDNN
-    adds a conv bias in a separate pass over the output, which the kernel reads anyway. Only when the forward
-    starts with that op and every reader of its output is fused."""
+    """A conv / nn.Linear module's bias moved into the kernel after it (library_epilogue.fold_conv_bias):
+    cuDNN adds a conv bias in a separate pass over the output, which the kernel reads anyway. Only when the
+    forward starts with that op and every reader of its output is fused."""
     if not graph.nodes or graph.nodes[0].kind is not OpKind.LIBRARY:
         return graph
     first = graph.nodes[0]

@@ -4,8 +4,8 @@
 `memory_access.vectorized_loads` adds contiguity hints and picks configurations with 4-16 contiguous fp32
 elements per thread (128-bit accesses or more). The base kernel is read from the `# htam-rules:` header of the
 request's base source; when the base was not written by a recipe, the first base recipe that applies is used.
-Which configuration of the ladder comes next is the autotuner's choice (`htam_graph.rules.autotune`): the first
-one not yet measured for (task, shape, GPU); the ladders are ordered by how likely each is to win.
+Which configuration of the ladder comes next is the autotuner's choice (`htam_graph.rules.autotune`): the
+first one not yet measured for (task, shape, GPU); the ladders are ordered by how likely each is to win.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ def layout_launcher_source(
             lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
         if leaf.ref in per_channel:
             lines.append(
-                f"    spatial_dims = {leaf.arg}.shape[2 - len(out_shape) :]  # read at the channel index alone"
+                f"    spatial_dims = {leaf.arg}.shape[2 - len(out_shape) :]  # read at the channel "
+                "index alone"
             )
             lines.append(
                 f"    if {leaf.arg}.dim() < len(out_shape) - 1 or {leaf.arg}.numel() != out_shape[1]"

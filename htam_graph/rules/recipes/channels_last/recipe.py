@@ -1,13 +1,13 @@
 """library_offload.channels_last_conv: cuDNN convolutions in channels-last, the result returned as NCHW.
 
 Applies to a forward that is one 2D/3D convolution (or a chain of them, each reading only the previous one, as
-in a depthwise-separable block) followed by nothing or by an elementwise epilogue. ModelNew's `__init__` is the
-reference's, plus one re-layout of every conv weight to channels-last (same Parameter objects, same values):
-never per call. `forward` copies the input to channels-last (that copy is measured with the rest), runs the
-convs in cuDNN with activations kept channels-last between them, and ends with ONE Triton kernel that reads the
-channels-last conv output, applies the epilogue (the analysis and op emission of `fusion.library_epilogue`)
-and writes the contiguous NCHW result the reference returns. No precision setting is touched: cuDNN's
-channels-last algorithms may round differently, and the evaluator's fp32 check decides.
+in a depthwise-separable block) followed by nothing or by an elementwise epilogue. ModelNew's `__init__` is
+the reference's, plus one re-layout of every conv weight to channels-last (same Parameter objects, same
+values): never per call. `forward` copies the input to channels-last (that copy is measured with the rest),
+runs the convs in cuDNN with activations kept channels-last between them, and ends with ONE Triton kernel that
+reads the channels-last conv output, applies the epilogue (the analysis and op emission of
+`fusion.library_epilogue`) and writes the contiguous NCHW result the reference returns. No precision setting
+is touched: cuDNN's channels-last algorithms may round differently, and the evaluator's fp32 check decides.
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def _is_per_channel(graph: OpGraph, name: str, rank: int) -> bool:
 def _init_tail(plan: ConvPlan) -> str:
     weights = ", ".join(f"self.{path}" for path in plan.weights) + ("," if len(plan.weights) == 1 else "")
     return (
-        "\n        # cuDNN's channels-last kernels read the weights in that layout: re-laid out once here, never per"
+        "\n        # cuDNN's channels-last kernels read the weights in that layout: re-laid out once "
+        "here, never per"
         "\n        # call (same Parameter objects and values; load_state_dict and .to() keep the layout)."
         f"\n        for weight in ({weights}):"
         f"\n            weight.data = weight.data.contiguous(memory_format={plan.memory_format})"
@@ -205,7 +206,8 @@ def _forward_body(plan: ConvPlan, launcher_name: str) -> tuple[str, ...]:
     source = plan.convs[0].operands[0]
     assert isinstance(source, Ref)
     lines = [
-        f"{plan.input_var} = {source.name}.contiguous(memory_format={plan.memory_format})  # per-call input copy",
+        f"{plan.input_var} = {source.name}.contiguous(memory_format={plan.memory_format})  # per-call "
+        "input copy",
     ]
     previous = plan.input_var
     for conv, var in zip(plan.convs, plan.conv_vars, strict=True):

@@ -207,7 +207,8 @@ def main_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]:
     else:
         lines += [
             "    offs = (n * C + c)[:, None] * n_grid + s[None, :]",
-            f"    tl.store(out_ptr + offs, {value}.to(out_ptr.dtype.element_ty), mask=cmask[:, None] & smask[None, :])",
+            f"    tl.store(out_ptr + offs, {value}.to(out_ptr.dtype.element_ty), mask=cmask[:, "
+            "None] & smask[None, :])",
         ]
     return "\n".join(lines) + "\n", ops.helpers
 
@@ -235,7 +236,8 @@ def _level(plan: ConvReducePlan, ops: _Ops, level: int, ind: str) -> tuple[list[
         else:
             lines = [f"{ind}offs = s"]
         lines += [
-            f"{ind}x0 = tl.load(y_ptr + plane[:, None] + offs[None, :], mask=cmask[:, None] & ok0[None, :], other=0.0)",
+            f"{ind}x0 = tl.load(y_ptr + plane[:, None] + offs[None, :], mask=cmask[:, "
+            "None] & ok0[None, :], other=0.0)",
         ]
         ops.vars[plan.library.name] = "x0"
         value = "x0"
@@ -254,10 +256,10 @@ def _window(plan: ConvReducePlan, ops: _Ops, j: int, ind: str) -> tuple[list[str
     is_max = fold in ("max", "min")
     below = j - 1
     spanning = plan.window_dims(pool) is not None
-    # Unroll only a pool module's small window over the conv output. A window spanning whole reduced dims is as
-    # long as those dims (level2/36 sums H = 256 rows): unrolled, its [C_PAD, BLOCK_S] body makes Triton compile
-    # for minutes on an H200 (past the 240 s evaluation timeout, holding the GPU's shared lock meanwhile), so it
-    # is a loop at run time.
+    # Unroll only a pool module's small window over the conv output. A window spanning whole reduced dims is
+    # as long as those dims (level2/36 sums H = 256 rows): unrolled, its [C_PAD, BLOCK_S] body makes Triton
+    # compile for minutes on an H200 (past the 240 s evaluation timeout, holding the GPU's shared lock
+    # meanwhile), so it is a loop at run time.
     rng = "tl.static_range" if below == 0 and not spanning else "range"
     init = _POS_INF if fold == "min" else _NEG_INF if fold == "max" else "0.0"
     what = "window spanning the reduced dims" if spanning else "window"
@@ -294,14 +296,16 @@ def _window(plan: ConvReducePlan, ops: _Ops, j: int, ind: str) -> tuple[list[str
     else:
         lines += [
             f"{inner}acc{j} += tl.where({valid}, {value}, 0.0)",
-            f"{ind}# PyTorch's divisor: the window clipped to the padded input (count_include_pad) or the input",
+            f"{ind}# PyTorch's divisor: the window clipped to the padded input (count_include_pad) or "
+            "the input",
             f"{ind}ed{j} = tl.minimum(bd{j} + K{j}D, D{below} + P{j}D)",
             f"{ind}eh{j} = tl.minimum(bh{j} + K{j}H, H{below} + P{j}H)",
             f"{ind}ew{j} = tl.minimum(bw{j} + K{j}W, W{below} + P{j}W)",
             f"{ind}if CIP{j}:",
             f"{ind}    count{j} = (ed{j} - bd{j}) * (eh{j} - bh{j}) * (ew{j} - bw{j})",
             f"{ind}else:",
-            f"{ind}    count{j} = (tl.minimum(ed{j}, D{below}) - tl.maximum(bd{j}, 0)) * (tl.minimum(eh{j}, H{below}) - tl.maximum(bh{j}, 0))",
+            f"{ind}    count{j} = (tl.minimum(ed{j}, D{below}) - tl.maximum(bd{j}, "
+            f"0)) * (tl.minimum(eh{j}, H{below}) - tl.maximum(bh{j}, 0))",
             f"{ind}    count{j} = count{j} * (tl.minimum(ew{j}, W{below}) - tl.maximum(bw{j}, 0))",
             f"{ind}count{j} = tl.where(DIV{j} > 0, DIV{j}, count{j})",
             f"{ind}pooled{j} = acc{j} / tl.maximum(count{j}, 1).to(tl.float32)[None, :]",
@@ -336,7 +340,8 @@ def finish_kernel_source(plan: ConvReducePlan, name: str, ops_helpers: set[str])
         f"def {name}(",
         *(f"    {p}," for p in params),
         "):",
-        f'    """One program per sample: merge the {op} partials of every channel, then the rest of the chain."""',
+        f'    """One program per sample: merge the {op} partials of every channel, '
+        'then the rest of the chain."""',
         "    n = tl.program_id(0).to(tl.int64)",
         "    c = tl.arange(0, C_PAD)",
         "    cmask = c < C",
@@ -345,7 +350,8 @@ def finish_kernel_source(plan: ConvReducePlan, name: str, ops_helpers: set[str])
         "    for t0 in range(0, n_tiles, BLOCK_T):",
         "        t = t0 + t_lanes",
         "        m = (t < n_tiles)[:, None] & cmask[None, :]",
-        f"        p = tl.load(part_ptr + (n * n_tiles + t)[:, None] * C_PAD + c[None, :], mask=m, other={_SPATIAL_INIT[op]})",
+        "        p = tl.load(part_ptr + (n * n_tiles + t)[:, None] * C_PAD + c[None, :], mask=m, "
+        f"other={_SPATIAL_INIT[op]})",
         f"        acc = {combine}{_SPATIAL_COMBINE[op]}(p, 0){close}",
     ]
     value = "acc / n_grid" if op == "mean" else "acc"

@@ -1,5 +1,6 @@
 """The Python side of `fusion.conv_reduction_epilogue`: the launcher of the channel-tile kernel (sizes, pool
-windows and partial-reduction split read at run time) and the module-level constants a tuning recipe varies."""
+windows and partial-reduction split read at run time) and the module-level constants a tuning recipe
+varies."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from htam_graph.rules.recipes.conv_reduce.plan import ConvReducePlan
 
 __all__ = ["POOL_WINDOW_SOURCE", "launch_constants", "launcher_source"]
 
-POOL_WINDOW_SOURCE = '''def pool_window(pool: nn.Module, nd: int, in_sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+POOL_WINDOW_SOURCE = '''\
+def pool_window(pool: nn.Module, nd: int, in_sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """(kernel, stride, padding, dilation, output sizes) of an nn.*Pool module on `in_sizes`, 3-d padded."""
     kernel = as_window(pool.kernel_size, nd)
     stride = as_window(pool.stride if pool.stride is not None else pool.kernel_size, nd)
@@ -30,7 +32,8 @@ def launch_constants(stem: str, config: KernelConfig) -> list[str]:
         f"TILE_{up} = {config.block}  # channels x positions per program (C_PAD * BLOCK_S)",
         f"NUM_WARPS_{up} = {config.num_warps}",
         "MAX_CHANNELS = 1024  # every channel of a position lives in one program",
-        f"TARGET_PROGRAMS = {max(config.max_single_block // 16, 1)}  # aim for at least this many programs (H200: 132 SMs)",
+        f"TARGET_PROGRAMS = {max(config.max_single_block // 16, 1)}  # aim for at least this many "
+        "programs (H200: 132 SMs)",
     ]
 
 
@@ -84,8 +87,10 @@ def launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: str | 
             ]
             continue
         lines += [
-            f"    kernel, stride, padding, dilation, out_sizes = pool_window(pool{j + 1}, {nd}, sizes[-1][{3 - nd}:])",
-            f"    windows.append((kernel, stride, padding, dilation, int(getattr(pool{j + 1}, 'divisor_override', None) or 0), bool(getattr(pool{j + 1}, 'count_include_pad', True))))",
+            f"    kernel, stride, padding, dilation, out_sizes = pool_window(pool{j + 1}, {nd}, "
+            f"sizes[-1][{3 - nd}:])",
+            f"    windows.append((kernel, stride, padding, dilation, int(getattr(pool{j + 1}, "
+            f"'divisor_override', None) or 0), bool(getattr(pool{j + 1}, 'count_include_pad', True))))",
             "    sizes.append(out_sizes)",
         ]
     lines += [
@@ -97,7 +102,8 @@ def launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: str | 
         lines += [
             f"    {leaf.arg} = {leaf.arg}.contiguous()",
             f"    if {leaf.arg}.numel() != {want}:",
-            f'        raise ValueError(f"{leaf.arg} has {{{leaf.arg}.numel()}} elements, expected {{{want}}}")',
+            f'        raise ValueError(f"{leaf.arg} has {{{leaf.arg}.numel()}} elements, '
+            f'expected {{{want}}}")',
         ]
     lines += [
         "    c_pad = triton.next_power_of_2(n_chan)",
@@ -132,7 +138,8 @@ def launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: str | 
     consts = []
     for j in range(len(plan.pools)):
         consts.append(
-            f"K{j + 1}D=windows[{j}][0][0], K{j + 1}H=windows[{j}][0][1], K{j + 1}W=windows[{j}][0][2], CIP{j + 1}=windows[{j}][5]"
+            f"K{j + 1}D=windows[{j}][0][0], K{j + 1}H=windows[{j}][0][1], "
+            f"K{j + 1}W=windows[{j}][0][2], CIP{j + 1}=windows[{j}][5]"
         )
     consts += ["C_PAD=c_pad", "BLOCK_S=block_s", f"num_warps=NUM_WARPS_{up}"]
     lines += [
@@ -147,7 +154,8 @@ def launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: str | 
         lines += [
             f"    {finish}[(n_batch,)](",
             f"        {', '.join(fcall)},",
-            "        C_PAD=c_pad, BLOCK_T=max(1, min(triton.next_power_of_2(n_tiles), 4096 // c_pad)), num_warps=4,",
+            "        C_PAD=c_pad, BLOCK_T=max(1, min(triton.next_power_of_2(n_tiles), "
+            "4096 // c_pad)), num_warps=4,",
             "    )",
         ]
     lines.append("    return out")

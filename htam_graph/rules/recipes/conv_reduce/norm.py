@@ -75,7 +75,8 @@ def stats_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]
 
 def stats_finish_source(name: str) -> str:
     return f'''@triton.jit
-def {name}(pmean_ptr, pm2_ptr, pcnt_ptr, mean_ptr, rstd_ptr, var_ptr, n_groups, n_split, eps, BLOCK_G: tl.constexpr):
+def {name}(pmean_ptr, pm2_ptr, pcnt_ptr, mean_ptr, rstd_ptr, var_ptr, n_groups, n_split, eps, \
+BLOCK_G: tl.constexpr):
     """Merge the slices of BLOCK_G groups (Chan's formula): mean, 1/sqrt(biased var + eps), unbiased var."""
     g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
     gmask = g < n_groups
@@ -101,13 +102,16 @@ def stats_launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: 
     batch = plan.norm.op == "nn_batch_norm"
     scalar_args = "".join(f", {s.arg}: float" for s in plan.scalars)
     lines = [
-        f"def norm_statistics_{stem}(y: torch.Tensor, norm: nn.Module{scalar_args}) -> tuple[torch.Tensor, torch.Tensor]:",
+        f"def norm_statistics_{stem}(y: torch.Tensor, norm: nn.Module{scalar_args}) -> "
+        "tuple[torch.Tensor, torch.Tensor]:",
         '    """(mean, 1/sqrt(var + eps)) of the norm input, as flat fp32 vectors."""',
     ]
     if batch:
         lines += [
-            "    if not norm.training and norm.running_mean is not None:  # eval mode: the running statistics",
-            "        return norm.running_mean.float().contiguous(), torch.rsqrt(norm.running_var.float() + norm.eps).contiguous()",
+            "    if not norm.training and norm.running_mean is not None:  # eval mode: the running "
+            "statistics",
+            "        return norm.running_mean.float().contiguous(), "
+            "torch.rsqrt(norm.running_var.float() + norm.eps).contiguous()",
         ]
     lines += [
         "    y = y.contiguous()",
@@ -117,7 +121,8 @@ def stats_launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: 
     if batch:
         lines += [
             "    # per channel c: N rows of `spatial` contiguous elements, one row every n_chan * spatial",
-            "    n_groups, n_red, row_len, row_stride, group_stride = n_chan, n_batch * spatial, spatial, n_chan * spatial, spatial",
+            "    n_groups, n_red, row_len, row_stride, group_stride = n_chan, n_batch * spatial, "
+            "spatial, n_chan * spatial, spatial",
         ]
     else:
         lines += [
@@ -130,24 +135,28 @@ def stats_launcher_source(plan: ConvReducePlan, stem: str, kernel: str, finish: 
     call_scalars = "".join(f", {s.arg}" for s in plan.scalars)
     lines += [
         "    # few groups with many elements: split each group across programs (partials merged after)",
-        "    n_split = max(1, min(triton.cdiv(STATS_TARGET_PROGRAMS, n_groups), triton.cdiv(n_red, 4 * STATS_BLOCK)))",
+        "    n_split = max(1, min(triton.cdiv(STATS_TARGET_PROGRAMS, n_groups), triton.cdiv(n_red, "
+        "4 * STATS_BLOCK)))",
         "    per_split = triton.cdiv(triton.cdiv(n_red, n_split), STATS_BLOCK) * STATS_BLOCK",
         "    n_split = triton.cdiv(n_red, per_split)",
         "    parts = torch.empty(3, n_groups * n_split, device=y.device, dtype=torch.float32)",
         "    stats = torch.empty(3, n_groups, device=y.device, dtype=torch.float32)",
         f"    {kernel}[(n_groups, n_split)](",
-        f"        y, parts[0], parts[1], parts[2], n_red, row_len, row_stride, group_stride, per_split, n_split{call_scalars},",
+        "        y, parts[0], parts[1], parts[2], n_red, row_len, row_stride, group_stride, "
+        f"per_split, n_split{call_scalars},",
         "        BLOCK=STATS_BLOCK, num_warps=4,",
         "    )",
         "    block_g = min(triton.next_power_of_2(n_groups), 128)",
         f"    {finish}[(triton.cdiv(n_groups, block_g),)](",
-        "        parts[0], parts[1], parts[2], stats[0], stats[1], stats[2], n_groups, n_split, float(norm.eps),",
+        "        parts[0], parts[1], parts[2], stats[0], stats[1], stats[2], n_groups, n_split, "
+        "float(norm.eps),",
         "        BLOCK_G=block_g, num_warps=4,",
         "    )",
     ]
     if batch:
         lines += [
-            "    if norm.training and norm.running_mean is not None:  # the module's side effect, as nn.BatchNorm",
+            "    if norm.training and norm.running_mean is not None:  # the module's side effect, "
+            "as nn.BatchNorm",
             "        with torch.no_grad():",
             "            norm.num_batches_tracked.add_(1)",
             "            norm.running_mean.lerp_(stats[0].to(norm.running_mean.dtype), norm.momentum)",

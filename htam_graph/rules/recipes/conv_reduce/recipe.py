@@ -86,7 +86,8 @@ class ConvReduction(PlannedRecipe[ConvReducePlan]):
             task_key=view.task_key,
             summary=(
                 f"{plan.library.op} stays a library call ({plan.library.origin});",
-                f"its epilogue {plan.describe()} runs in {len(kernels)} Triton kernel(s), reading the conv output"
+                f"its epilogue {plan.describe()} runs in {len(kernels)} Triton kernel(s), "
+                "reading the conv output"
                 + (" twice (norm statistics, then the fused kernel)." if plan.norm is not None else " once."),
             ),
             constants=tuple(constants),
@@ -136,13 +137,17 @@ def _stem(plan: ConvReducePlan) -> str:
 
 
 def _dim_guards(plan: ConvReducePlan) -> list[str]:
-    """Dims read from attributes (`self.dim`) shape the kernels: fail loudly if one changes after generation."""
+    (
+        """Dims read from attributes (`self.dim`) shape the kernels: fail loudly if one changes after """
+        """generation."""
+    )
     lines: list[str] = []
     for step in plan.steps:
         dim = dict(step.node.params).get("dim")
         if isinstance(dim, AttrScalar) and f"self.{dim.path} != {dim.value!r}" not in "".join(lines):
             lines += [
                 f"if self.{dim.path} != {dim.value!r}:  # the kernels were generated for this dim",
-                f'    raise ValueError(f"{dim.path}={{self.{dim.path}}} differs from the generated kernel\'s {dim.value!r}")',
+                f'    raise ValueError(f"{dim.path}={{self.{dim.path}}} differs from the generated '
+                f"kernel's {dim.value!r}\")",
             ]
     return lines

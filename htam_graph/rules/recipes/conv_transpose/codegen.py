@@ -1,17 +1,18 @@
 """The phase-writing epilogue of `algebraic_rewrite.conv_transpose_as_conv`: Triton kernel and launcher text.
 
-Each output phase r of the transposed conv is a separate forward-conv result y_r (N, C, M1, M2, M3) holding the
-outputs o = r + stride * m; it may be strided (a sliced conv output, or a stride-0 view of zeros for a phase no
-tap reaches), and phases differ in M3 when the output length is not a multiple of the stride. The launcher
-launches the kernel once per ROW phase (r1, r2) (stride1 * stride2 launches; one for 1D); that launch writes
-every output row (n, c, o1 = r1 + s1 * m1, o2 = r2 + s2 * m2) in full, left to right: one program owns a
-[BLOCK_R, BLOCK_W] tile of BLOCK_R such rows (decomposed once per row) by BLOCK_W CONSECUTIVE output positions
-o3. Position o3 lies in phase r3 = o3 % S3 at m3 = o3 // S3 (S3, the innermost stride, is a constexpr: no
-runtime division); the kernel holds PHASE_SLOTS phase pointers (y_(r1, r2, 0), ...) and loads each element
-once, through the slot load whose mask selects its r3. The bias and the elementwise epilogue apply in fp32 and
-the store is contiguous along o3: full 32-byte sectors, where one launch per phase left every other element of
-each sector to another launch (a read-modify-write of every sector on ECC memory). An innermost stride above
-PHASE_SLOTS first interleaves its phases into one tensor (an extra pass, correct for any stride).
+Each output phase r of the transposed conv is a separate forward-conv result y_r (N, C, M1, M2, M3) holding
+the outputs o = r + stride * m; it may be strided (a sliced conv output, or a stride-0 view of zeros for a
+phase no tap reaches), and phases differ in M3 when the output length is not a multiple of the stride. The
+launcher launches the kernel once per ROW phase (r1, r2) (stride1 * stride2 launches; one for 1D); that launch
+writes every output row (n, c, o1 = r1 + s1 * m1, o2 = r2 + s2 * m2) in full, left to right: one program owns
+a [BLOCK_R, BLOCK_W] tile of BLOCK_R such rows (decomposed once per row) by BLOCK_W CONSECUTIVE output
+positions o3. Position o3 lies in phase r3 = o3 % S3 at m3 = o3 // S3 (S3, the innermost stride, is a
+constexpr: no runtime division); the kernel holds PHASE_SLOTS phase pointers (y_(r1, r2, 0), ...) and loads
+each element once, through the slot load whose mask selects its r3. The bias and the elementwise epilogue
+apply in fp32 and the store is contiguous along o3: full 32-byte sectors, where one launch per phase left
+every other element of each sector to another launch (a read-modify-write of every sector on ECC memory). An
+innermost stride above PHASE_SLOTS first interleaves its phases into one tensor (an extra pass, correct for
+any stride).
 
 One launch per row phase rather than one overall: a single launch would need all stride1 * stride2 * S3 slots
 (8 for a 3D stride-2 conv) and one masked load per slot per element; per row phase, each element costs S3.
@@ -49,7 +50,8 @@ _RESERVED = frozenset(
         "in_phase", "y_row", "y_phase",
         "C", "M1", "M2", "L1", "L2", "L3", "r1", "r2", "r3", "s1", "s2", "s3", "S3", "n_rows", "n_tiles_w",
         "phases", "out_sizes", "stride", "first", "out_shape", "out", "lead", "sizes", "steps", "block",
-        "phase", "y", "ys", "n_images", "conv_bias", "HAS_BIAS", "channels", "m1", "m2", "m3", "block_w", "block_r",
+        "phase", "y", "ys", "n_images", "conv_bias", "HAS_BIAS", "channels", "m1", "m2", "m3", "block_w",
+        "block_r",
         "grid", "reach", "index_64", "size", "st", "d", "j", "slots", "slot_args", "slot_s3", "by_phase",
         "row_phase_tensors", "interleave_phases", "PHASE_SLOTS", "torch", "triton", "tl", "math",
         "broadcast_layout", *_SLOT_NAMES,
@@ -57,7 +59,8 @@ _RESERVED = frozenset(
 )  # fmt: skip
 
 # Emitted into every generated file: the launcher-side selection of one row phase's phase tensors.
-ROW_PHASES_SOURCE = '''PHASE_SLOTS = __SLOTS__  # phase pointers of the kernel: innermost strides up to this are read in place
+ROW_PHASES_SOURCE = '''\
+PHASE_SLOTS = __SLOTS__  # phase pointers of the kernel: innermost strides up to this are read in place
 
 
 def row_phase_tensors(
@@ -87,7 +90,8 @@ def row_phase_tensors(
 
 
 def interleave_phases(ys: list[torch.Tensor], s3: int, l3: int) -> torch.Tensor:
-    """One tensor (N, C, M1, M2, L3) holding ys[r3] at o3 = r3 + s3 * m3: for s3 > PHASE_SLOTS (an extra pass)."""
+    """One tensor (N, C, M1, M2, L3) holding ys[r3] at o3 = r3 + s3 * m3: for s3 > PHASE_SLOTS (an extra \
+pass)."""
     out = ys[0].new_empty((*ys[0].shape[:4], l3))
     for r3, y in enumerate(ys):
         out[..., r3::s3] = y
@@ -135,8 +139,10 @@ def phase_kernel_source(
         '    """Writes the output rows of row phase (r1, r2) in full: reads the conv result, adds the bias,',
         f"    {what}.",
         "",
-        "    One program: BLOCK_R rows (n, c, m1, m2), i.e. output rows (n, c, r1 + s1 * m1, r2 + s2 * m2), x BLOCK_W",
-        "    consecutive output positions o3. Position o3 is in phase r3 = o3 % S3 at m3 = o3 // S3: slot r3 holds",
+        "    One program: BLOCK_R rows (n, c, m1, m2), i.e. output rows (n, c, r1 + s1 * m1, "
+        "r2 + s2 * m2), x BLOCK_W",
+        "    consecutive output positions o3. Position o3 is in phase r3 = o3 % S3 at m3 = o3 // S3: "
+        "slot r3 holds",
         "    that phase's tensor y_(r1, r2, r3) (strides phase<r3>_*); slots >= S3 are never read.",
         '    """',
         "    pid = tl.program_id(0)",
@@ -161,14 +167,17 @@ def phase_kernel_source(
         "    m3 = o3 // S3",
         "    out_row = ((n * C + c) * L1 + r1 + s1 * m1) * L2 + r2 + s2 * m2",
         "    out_index = out_row[:, None] * L3 + o3[None, :]  # contiguous along o3: full-sector stores",
-        "    # the conv result: one load per phase slot, masked to the positions of that phase, so every element is",
-        "    # read exactly once; slot 0 (S3 == 1: every position) first, then the slots < S3 (constexpr: pruned)",
+        "    # the conv result: one load per phase slot, masked to the positions of that phase, "
+        "so every element is",
+        "    # read exactly once; slot 0 (S3 == 1: every position) first, "
+        "then the slots < S3 (constexpr: pruned)",
     ]
     for j in range(PHASE_SLOTS):
         slot = [
             f"in_phase = (r3 == {j})[None, :]",
             f"y_row = n * phase{j}_sn + c * phase{j}_sc + m1 * phase{j}_s1 + m2 * phase{j}_s2",
-            f"y_phase = tl.load(phase{j}_ptr + y_row[:, None] + (m3 * phase{j}_s3)[None, :], mask=mask & in_phase, other=0.0)",
+            f"y_phase = tl.load(phase{j}_ptr + y_row[:, None] + (m3 * phase{j}_s3)[None, :], "
+            "mask=mask & in_phase, other=0.0)",
         ]
         if j == 0:
             lines += [f"    {line}" for line in slot] + [f"    {conv_arg} = y_phase"]
@@ -186,7 +195,8 @@ def phase_kernel_source(
     for leaf in others:
         if leaf.ref in per_channel:
             lines.append(
-                f"    {leaf.arg} = tl.load({leaf.arg}_ptr + c, mask=row_mask, other=0.0).to(tl.float32)[:, None]"
+                f"    {leaf.arg} = tl.load({leaf.arg}_ptr + c, mask=row_mask, "
+                "other=0.0).to(tl.float32)[:, None]"
             )
             continue
         index = f"(out_index // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "out_index"
@@ -225,7 +235,8 @@ def phase_launcher_source(
         lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
         if leaf.ref in per_channel:
             lines.append(
-                f"    if {leaf.arg}.numel() != out_shape[1] or any(d != 1 for d in {leaf.arg}.shape[2 - len(out_shape) :]):"
+                f"    if {leaf.arg}.numel() != out_shape[1] or any(d != 1 for d in {leaf.arg}.shape[2 "
+                "- len(out_shape) :]):"
             )
             lines.append(
                 f'        raise ValueError(f"{leaf.arg} is not per-channel: {{tuple({leaf.arg}.shape)}}")'
@@ -241,7 +252,8 @@ def phase_launcher_source(
         "    lead = 3 - len(out_sizes)  # 1D and 2D convs are viewed as 3D with leading size-1 dims",
         "    sizes, steps = (1,) * lead + tuple(out_sizes), (1,) * lead + tuple(stride)",
         "    by_phase = {}",
-        "    for phase, y in phases:  # 1D / 2D phase results gain the leading size-1 dims: (N, C, M1, M2, M3)",
+        "    for phase, y in phases:  # 1D / 2D phase results gain the leading size-1 dims: (N, C, "
+        "M1, M2, M3)",
         "        by_phase[(0,) * lead + tuple(phase)] = y[(slice(None), slice(None), *((None,) * lead))]",
         f"    block = BLOCK_{stem}",
         "    block_w = min(block, triton.next_power_of_2(sizes[2]))",
@@ -251,7 +263,8 @@ def phase_launcher_source(
         "        for r2 in range(min(steps[1], sizes[1])):",
         "            ys = row_phase_tensors(by_phase, r1, r2, sizes, steps)",
         "            slot_s3 = steps[2]",
-        "            if slot_s3 > PHASE_SLOTS:  # more phases than the kernel has slots: interleave them first",
+        "            if slot_s3 > PHASE_SLOTS:  # more phases than the kernel has slots: interleave "
+        "them first",
         "                ys, slot_s3 = [interleave_phases(ys, slot_s3, sizes[2])], 1",
         "            n_images, channels, m1, m2 = ys[0].shape[:4]",
         "            n_rows = n_images * channels * m1 * m2",
@@ -263,7 +276,8 @@ def phase_launcher_source(
         "                for y in ys",
         "            )",
         "            index_64 = max(out.numel() + block_w, reach) > 2**31 - 1",
-        "            # spare slots repeat the last phase tensor, never read: compiled out past S3, masked off past L3",
+        "            # spare slots repeat the last phase tensor, never read: compiled out past S3, "
+        "masked off past L3",
         "            slots = [ys[min(j, len(ys) - 1)] for j in range(PHASE_SLOTS)]",
         "            slot_args = [a for y in slots for a in (y, *y.stride())]",
     ]

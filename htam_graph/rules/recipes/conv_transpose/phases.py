@@ -1,4 +1,5 @@
-"""The phase decomposition of `algebraic_rewrite.conv_transpose_as_conv`, as the text the generated file holds.
+"""The phase decomposition of `algebraic_rewrite.conv_transpose_as_conv`, as the text the generated file
+holds.
 
 A transposed convolution sends input i through tap kk to output o = i * s - p + kk * d (per spatial dim). The
 outputs of one phase r (o = r + s * m) only see the taps with (r + p - kk * d) % s == 0, every one of them at
@@ -97,7 +98,8 @@ def conv_transpose_phases(
             groups=groups,
         )
         keep = tuple(
-            slice(pad - max(0, pl[5]), pad - max(0, pl[5]) + pl[0]) for pad, pl in zip(pads, plans, strict=True)
+            slice(pad - max(0, pl[5]), pad - max(0, pl[5]) + pl[0]) for pad, pl in zip(pads, plans, \
+strict=True)
         )
         results.append((phase, out[(slice(None), slice(None), *keep)]))
     return out_sizes, results

@@ -9,8 +9,8 @@ on every call (it is tiny), never cached, so a changed weight changes the output
 row phase (r1, r2) (one for 1D) writes whole output rows left to right: each element is read once from the
 phase result of its innermost phase, gets the elementwise epilogue of the reference forward (the region
 analysis of `fusion.library_epilogue`) and is stored contiguously: every output byte is written once, in full
-32-byte sectors (see `conv_transpose_codegen`). With no epilogue and stride 1, that kernel is a plain copy (one
-extra pass over the output).
+32-byte sectors (see `conv_transpose_codegen`). With no epilogue and stride 1, that kernel is a plain copy
+(one extra pass over the output).
 
 Applies to a forward whose first op is the one nn.ConvTranspose{1,2,3}d module call on a forward input,
 followed by nothing or by elementwise ops only. Whether it is faster than eager is a measurement, per task.
@@ -51,7 +51,8 @@ class RewritePlan:
     module: str  # attribute path of the nn.ConvTransposeNd
     region: Region  # the fused epilogue; no nodes when there is none
     per_channel: frozenset[str]
-    # the reference forward's body with the conv call replaced, when the ops around the conv are kept as they are
+    # the reference forward's body with the conv call replaced, when the ops around the conv are kept as they
+    # are
     kept_forward: tuple[str, ...] | None = None
 
     def flat_broadcast(self) -> bool:
@@ -84,7 +85,8 @@ class ConvTransposeAsConv(PlannedRecipe[RewritePlan]):
                 f"{op} ({plan.conv.origin}) is computed by forward convolutions (cuDNN's forward path,",
                 "not its transposed one): one stride-1 conv per output phase (stride**D phases), each with",
                 "the weight transposed per group, flipped and cut to the taps that reach that phase.",
-                "One Triton launch per row phase (r1, r2) writes whole output rows, contiguously: each element",
+                "One Triton launch per row phase (r1, r2) writes whole output rows, "
+                "contiguously: each element",
                 f"read once from the phase result of its innermost phase, plus the conv bias; it {fused}.",
             ),
             constants=tuple(phase_constants(kernel_name, config)),
@@ -223,7 +225,8 @@ def _forward_body(plan: RewritePlan, launcher_name: str) -> tuple[str, ...]:
     args = ["phases", "out_sizes", "module.stride", "module.bias", *(leaf.expr for leaf in others)]
     args += [s.expr for s in plan.region.scalars]
     return (
-        f"module = self.{plan.module}  # the reference's {plan.conv.origin.split()[0]}: weight and bias read per call",
+        f"module = self.{plan.module}  # the reference's {plan.conv.origin.split()[0]}: weight and "
+        "bias read per call",
         "# bias None: the phase kernel adds module.bias once, instead of cuDNN in a pass of its own",
         f"out_sizes, phases = {PHASES_FUNCTION}(",
         f"    {source.name}, module.weight, None, module.stride, module.padding, module.output_padding,",

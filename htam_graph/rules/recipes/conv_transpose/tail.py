@@ -1,10 +1,10 @@
 """The reference forward kept as it is, its one transposed-conv module call replaced (conv_transpose_as_conv).
 
 Used when the ops around the transposed conv are not one elementwise epilogue (pooling, norms, reductions):
-ModelNew.forward is Model.forward's own text, with `self.<conv>(v)` replaced by `CALL_FUNCTION(self.<conv>, v)`,
-so every other op runs exactly as in the reference (same torch calls, same submodules: ModelNew's `__init__` is
-the reference's). Only forwards whose every name is an argument, a local, a builtin or an import the generated
-file carries are accepted, so the file stands alone.
+ModelNew.forward is Model.forward's own text, with `self.<conv>(v)` replaced by `CALL_FUNCTION(self.<conv>,
+v)`, so every other op runs exactly as in the reference (same torch calls, same submodules: ModelNew's
+`__init__` is the reference's). Only forwards whose every name is an argument, a local, a builtin or an import
+the generated file carries are accepted, so the file stands alone.
 """
 
 from __future__ import annotations

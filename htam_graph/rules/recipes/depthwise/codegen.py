@@ -1,13 +1,13 @@
 """Source text of the direct depthwise convolution kernel (1D / 2D), its launcher and the Python helpers.
 
 The input is viewed as (N, C_in, H, W) planes (a 1D conv is H = 1). Grid axis 0 enumerates (n, c_out, block of
-BLOCK_H output rows), decomposed ONCE per program into scalars; axis 1 enumerates blocks of BLOCK_W consecutive
-output columns. A program accumulates its [BLOCK_H, BLOCK_W] tile in fp32 over the KH x KW taps (kernel size,
-stride, padding and dilation are `tl.constexpr`, so the tap loops are unrolled and every index offset is a
-compile-time constant), loads each of its channel's weights once as a scalar, masks the padded borders, then
-adds the bias and applies the elementwise epilogue in registers and stores the tile once. Plane bases are
-64-bit scalars; offsets inside a plane are 32-bit (the launcher checks they fit). No per-element division.
-"""
+BLOCK_H output rows), decomposed ONCE per program into scalars; axis 1 enumerates blocks of BLOCK_W
+consecutive output columns. A program accumulates its [BLOCK_H, BLOCK_W] tile in fp32 over the KH x KW taps
+(kernel size, stride, padding and dilation are `tl.constexpr`, so the tap loops are unrolled and every index
+offset is a compile-time constant), loads each of its channel's weights once as a scalar, masks the padded
+borders, then adds the bias and applies the elementwise epilogue in registers and stores the tile once. Plane
+bases are 64-bit scalars; offsets inside a plane are 32-bit (the launcher checks they fit). No per-element
+division."""
 
 from __future__ import annotations
 
@@ -110,7 +110,8 @@ def depthwise_kernel_source(code: DepthwiseCode, kernel_name: str) -> tuple[str,
         "):",
         f'    """Depthwise conv (+ bias{what}) in fp32: one program, a [BLOCK_H, BLOCK_W] output tile.',
         "",
-        "    Output channel co reads input channel co // MULT; taps, stride, padding, dilation are constexpr.",
+        "    Output channel co reads input channel co // MULT; taps, stride, padding, "
+        "dilation are constexpr.",
         '    """',
         "    pid_rows = tl.program_id(0)  # (n, co, block of output rows), decomposed once as scalars",
         "    pid_cols = tl.program_id(1)  # block of BLOCK_W consecutive output columns",
@@ -204,15 +205,18 @@ def depthwise_launcher_source(code: DepthwiseCode, launcher_name: str, kernel_na
     )
     lines = [
         f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name}: the conv parameters are the module\'s (or the call\'s), read per call."""',
+        f'    """Launch {kernel_name}: the conv parameters are the module\'s (or the call\'s), '
+        'read per call."""',
         f"    nd = {code.nd}",
         '    if padding_mode != "zeros":',
         '        raise ValueError(f"padding_mode={padding_mode!r}: only zero padding is implemented")',
         "    if x.dim() != nd + 2 or weight.dim() != nd + 2:",
-        '        raise ValueError(f"expected {nd}-d conv tensors, got x {tuple(x.shape)}, weight {tuple(weight.shape)}")',
+        '        raise ValueError(f"expected {nd}-d conv tensors, got x {tuple(x.shape)}, '
+        'weight {tuple(weight.shape)}")',
         "    n_images, c_in, c_out = x.shape[0], x.shape[1], weight.shape[0]",
         "    if groups != c_in or weight.shape[1] != 1 or c_out % c_in:",
-        '        raise ValueError(f"not a depthwise conv: groups={groups}, input channels {c_in}, weight {tuple(weight.shape)}")',
+        '        raise ValueError(f"not a depthwise conv: groups={groups}, input channels {c_in}, '
+        'weight {tuple(weight.shape)}")',
         "    kernel = tuple(weight.shape[2:])",
         "    stride, dilation = conv_tuple(stride, nd), conv_tuple(dilation, nd)",
         "    in_sizes = tuple(x.shape[2:])",
@@ -232,10 +236,12 @@ def depthwise_launcher_source(code: DepthwiseCode, launcher_name: str, kernel_na
     lines += [
         "    if out.numel() == 0:",
         "        return out",
-        f"    block_w = min(triton.next_power_of_2(out_w), BLOCK_{stem} if out_h == 1 else BLOCK_W_MAX_{stem})",
+        "    block_w = min(triton.next_power_of_2(out_w), "
+        f"BLOCK_{stem} if out_h == 1 else BLOCK_W_MAX_{stem})",
         f"    block_h = min(triton.next_power_of_2(out_h), max(BLOCK_{stem} // block_w, 1))",
         "    n_h_blocks, n_w_blocks = triton.cdiv(out_h, block_h), triton.cdiv(out_w, block_w)",
-        "    # offsets inside one plane are 32-bit, masked lanes included; plane bases are 64-bit in the kernel",
+        "    # offsets inside one plane are 32-bit, masked lanes included; plane bases are 64-bit in "
+        "the kernel",
         "    span_h = n_h_blocks * block_h * sh + kh * dh",
         "    span_w = n_w_blocks * block_w * sw + kw * dw",
         "    if max(span_h * (in_w + span_w), n_h_blocks * block_h * out_w + n_w_blocks * block_w) >= 2**31:",
@@ -264,7 +270,8 @@ def _leaf_check(code: DepthwiseCode, leaf: Leaf, name: str) -> list[str]:
     """Shape guard and layout of one epilogue operand (the kernel reads it as the analysis classified it)."""
     if leaf.ref in code.per_channel:
         return [
-            f"    if {name}.numel() != c_out or {name}.dim() < nd + 1 or any(s != 1 for s in {name}.shape[-nd:]):",
+            f"    if {name}.numel() != c_out or {name}.dim() < nd + 1 or any(s != 1 for s "
+            f"in {name}.shape[-nd:]):",
             f'        raise ValueError(f"{name} is not per-channel: {{tuple({name}.shape)}}")',
             f"    {name} = {name}.contiguous()",
         ]
@@ -275,6 +282,7 @@ def _leaf_check(code: DepthwiseCode, leaf: Leaf, name: str) -> list[str]:
         ]
     return [
         f"    if {name}.shape != out.shape:",
-        f'        raise ValueError(f"{name} has shape {{tuple({name}.shape)}}, expected {{tuple(out.shape)}}")',
+        f'        raise ValueError(f"{name} has shape {{tuple({name}.shape)}}, '
+        f'expected {{tuple(out.shape)}}")',
         f"    {name} = {name}.contiguous()",
     ]

@@ -76,7 +76,8 @@ class DepthwiseConvDirect(PlannedRecipe[DepthwisePlan]):
             task_key=view.task_key,
             summary=(
                 f"The depthwise {op} ({plan.conv.origin}){fused} is one direct Triton kernel:",
-                "each program accumulates a [BLOCK_H, BLOCK_W] output tile of one channel in fp32 over the taps,",
+                "each program accumulates a [BLOCK_H, BLOCK_W] output tile of one channel in fp32 "
+                "over the taps,",
                 "reading the input once (halo rows from cache) and writing the output once.",
                 *((f"Then {tail} stays a library call.",) if plan.tail else ()),
             ),

@@ -64,7 +64,8 @@ class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
             launchers=(launcher_source(region, launcher_name, kernel_name, config),),
             class_doc=f"{library.op} (library) followed by one fused Triton epilogue ({region.describe()}).",
             forward_body=(
-                f"{library_var} = {_library_call(view.graph, library)}  # {call_comment(view.graph, library)}",
+                f"{library_var} = {_library_call(view.graph, library)}  "
+                f"# {call_comment(view.graph, library)}",
                 f"return {launcher_name}({', '.join(call_args)})",
             ),
         )
@@ -100,10 +101,10 @@ class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
 def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, str] | None:
     """The graph with a conv module's bias moved out of the library call into an `add` right after it.
 
-    Returns (graph, the bias-less library node, the forward expression of the bias viewed per channel), or None
-    when `library` is not a conv / conv-transpose module with a bias. The add node takes the library node's
-    name, so the rest of the graph reads the biased value unchanged; the bias-less call is renamed `<name>_nobias`
-    and `_library_call` writes it without the bias."""
+    Returns (graph, the bias-less library node, the forward expression of the bias viewed per channel), or
+    None when `library` is not a conv / conv-transpose module with a bias. The add node takes the library
+    node's name, so the rest of the graph reads the biased value unchanged; the bias-less call is renamed
+    `<name>_nobias` and `_library_call` writes it without the bias."""
     path = library.module_path
     if path is None or library.op not in (*_CONVS, *_CONV_TRANSPOSES) or len(library.operands) < 3:
         return None
@@ -112,7 +113,8 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
     if bias_info is None or len(bias_info.shape) != 1 or len(library.shape) < 3:
         return None
     spatial = len(library.shape) - 2
-    # named by its expression relative to the model, so recipes that pass a parameter as `self.<name>` pass this
+    # named by its expression relative to the model, so recipes that pass a parameter as `self.<name>` pass
+    # this
     view_name = f"{bias_info.name}.view(-1{', 1' * spatial})"
     view_info = TensorInfo(view_name, bias_info.kind, (bias_info.shape[0],) + (1,) * spatial, bias_info.dtype)
     nobias, add = _bias_after(library, view_name, "added in the epilogue")
@@ -123,10 +125,10 @@ def fold_conv_bias(graph: OpGraph, library: OpNode) -> tuple[OpGraph, OpNode, st
 
 
 def fold_linear_bias(graph: OpGraph, library: OpNode) -> OpGraph | None:
-    """The graph with an nn.Linear module's bias moved out of the library call into an `add` right after it, as
-    `fold_conv_bias` does for convs (the bias (out_features,) already broadcasts over the last dim), or None
-    when `library` is not a Linear module with a bias. A kernel that reads the GEMM output anyway adds the bias
-    for free, and the GEMM becomes a plain mm (what torch.compile runs before its fused kernel)."""
+    """The graph with an nn.Linear module's bias moved out of the library call into an `add` right after it,
+    as `fold_conv_bias` does for convs (the bias (out_features,) already broadcasts over the last dim), or
+    None when `library` is not a Linear module with a bias. A kernel that reads the GEMM output anyway adds
+    the bias for free, and the GEMM becomes a plain mm (what torch.compile runs before its fused kernel)."""
     path = library.module_path
     if path is None or library.op != "linear" or len(library.operands) < 3:
         return None

@@ -77,7 +77,8 @@ class Tf32Library(PlannedRecipe[tuple[OpNode, Region, str]]):
         text = "\n".join(lines)
         text = text.replace(
             f"strategy {EPILOGUE_KEY}.",
-            f"strategy {self.key}.\n# PRECISION POLICY tf32: the library call runs on TF32 tensor cores (about 10 "
+            f"strategy {self.key}.\n# PRECISION POLICY tf32: the library call runs on TF32 tensor "
+            "cores (about 10 "
             "mantissa bits); results are checked at the tf32 tolerance and reported on the tf32 track only.",
             1,
         )

@@ -124,7 +124,8 @@ def _emit_step(ctx: _Ctx, step: RowStep) -> None:
         ctx.lines += [
             f"{mean} = tl.sum(tl.where({m}, {src}, 0.0), axis=0) / n{s}",
             f"{d} = tl.where({m}, {src} - {mean}, 0.0)",
-            f"{rstd} = 1.0 / tl.sqrt(tl.sum({d} * {d}, axis=0) / n{s} + {_eps_arg(node.name)})  # biased variance",
+            f"{rstd} = 1.0 / tl.sqrt(tl.sum({d} * {d}, axis=0) / n{s} + {_eps_arg(node.name)})  # "
+            "biased variance",
             f"{var} = {d} * {rstd}",
         ]
         ctx.lines += _affine(ctx, step, var)
@@ -203,7 +204,8 @@ def row_kernel(plan: RowPlan, name: str) -> tuple[str, set[str]]:
         "row = tl.program_id(0).to(tl.int64)",
         "cols0 = tl.arange(0, BLOCK)",
         "mask0 = cols0 < n0",
-        f"{plan.library_var} = tl.load({plan.library_var}_ptr + row * n0 + cols0, mask=mask0, other=0.0).to(tl.float32)",
+        f"{plan.library_var} = tl.load({plan.library_var}_ptr + row * n0 + cols0, mask=mask0, "
+        "other=0.0).to(tl.float32)",
     ]
     ctx.vars[plan.library.name] = plan.library_var
     if plan.dropout is not None:
@@ -226,12 +228,16 @@ def row_kernel(plan: RowPlan, name: str) -> tuple[str, set[str]]:
 
 
 def column_stats_kernel(plan: RowPlan, name: str, bn: RowStep) -> tuple[str, set[str]]:
-    """Batch statistics of the value batch norm reads: per column, mean and 1/sqrt(var + eps); running update."""
+    (
+        """Batch statistics of the value batch norm reads: per column, """
+        """mean and 1/sqrt(var + eps); running update."""
+    )
     ctx = _Ctx(plan, "col")
     ctx.lines += [
         "rows = r0 + tl.arange(0, BLOCK_M)",
         "mask0 = (rows[:, None] < n_rows) & col_mask[None, :]",
-        f"{plan.library_var} = tl.load({plan.library_var}_ptr + rows[:, None] * n0 + cols0[None, :], mask=mask0, other=0.0).to(tl.float32)",
+        f"{plan.library_var} = tl.load({plan.library_var}_ptr + rows[:, None] * n0 + cols0[None, :], "
+        "mask=mask0, other=0.0).to(tl.float32)",
     ]
     ctx.vars[plan.library.name] = plan.library_var
     if plan.dropout is not None:
@@ -257,7 +263,8 @@ def column_stats_kernel(plan: RowPlan, name: str, bn: RowStep) -> tuple[str, set
         f"def {name}(",
         *(f"    {p}," for p in params),
         "):",
-        '    """Per column: the batch mean, then the centred sum of squares (two passes, fp32), over all rows."""',
+        '    """Per column: the batch mean, then the centred sum of squares (two passes, fp32), '
+        'over all rows."""',
         "    cols0 = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)",
         "    col_mask = cols0 < n0",
         "    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)",
@@ -277,8 +284,10 @@ def column_stats_kernel(plan: RowPlan, name: str, bn: RowStep) -> tuple[str, set
         "        run_mean = tl.load(run_mean_ptr + cols0, mask=col_mask, other=0.0)",
         "        run_var = tl.load(run_var_ptr + cols0, mask=col_mask, other=0.0)",
         "        unbiased = var * n_rows / tl.maximum(n_rows - 1, 1)",
-        "        tl.store(run_mean_ptr + cols0, (1.0 - momentum) * run_mean + momentum * mean, mask=col_mask)",
-        "        tl.store(run_var_ptr + cols0, (1.0 - momentum) * run_var + momentum * unbiased, mask=col_mask)",
+        "        tl.store(run_mean_ptr + cols0, (1.0 - momentum) * run_mean + momentum * mean, "
+        "mask=col_mask)",
+        "        tl.store(run_var_ptr + cols0, (1.0 - momentum) * run_var + momentum * unbiased, "
+        "mask=col_mask)",
     ]
     return "\n".join(lines) + "\n", ctx.helpers
 
@@ -355,7 +364,8 @@ def _batch_norm_lines(plan: RowPlan, stats_kernel: str) -> list[str]:
         "        if n_rows < 2:",
         '            raise ValueError("batch norm in training mode needs more than one row")',
         "        if bn.momentum is None:",
-        '            raise NotImplementedError("batch norm with momentum=None (cumulative average) is not generated")',
+        '            raise NotImplementedError("batch norm with momentum=None (cumulative average) is '
+        'not generated")',
         "        update = bn.training and bn.running_mean is not None",
         f"        bn_mean = torch.empty(n0, device={y}.device, dtype=torch.float32)",
         "        bn_rstd = torch.empty_like(bn_mean)",

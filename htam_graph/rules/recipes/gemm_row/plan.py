@@ -1,9 +1,9 @@
 """The plan of `fusion.reduction_with_epilogue` on a 2-d library output: every op after it, per row.
 
-The library op (linear / matmul / mm, kept as the cuBLAS call) writes y[M, N]. Every later value of the forward
-is then, per row r of y, either a ROW vector (N features, or N / k after a feature pooling) or one SCALar per
-row; size-1 dims and views (unsqueeze / squeeze / contiguous) do not matter for that form, so they are aliases.
-What a step may do (anything else makes the recipe not applicable, with the reason):
+The library op (linear / matmul / mm, kept as the cuBLAS call) writes y[M, N]. Every later value of the
+forward is then, per row r of y, either a ROW vector (N features, or N / k after a feature pooling) or one
+SCALar per row; size-1 dims and views (unsqueeze / squeeze / contiguous) do not matter for that form, so they
+are aliases. What a step may do (anything else makes the recipe not applicable, with the reason):
 
 - elementwise ops with operands that are other values, scalars, or tensors read per element, per feature,
   per row or as one number;
@@ -33,7 +33,8 @@ _ROW_REDUCERS = ("sum", "mean", "amax", "amin", "logsumexp")
 _LIBRARY_OPS = ("linear", "matmul", "mm")
 # names the generated kernels and launchers use for themselves
 _KERNEL_LOCALS = frozenset(
-    "row rows out block num_warps n_rows n0 n1 n2 n3 cols0 mask0 bn bn_mean bn_rstd update running acc mean var"
+    "row rows out block num_warps n_rows n0 n1 n2 n3 cols0 mask0 bn bn_mean bn_rstd update running "
+    "acc mean var"
     " centred group w_reduced b_reduced rstd run_mean run_var eps momentum unbiased col_mask".split()
 )
 

@@ -48,7 +48,8 @@ class GemmRowEpilogue(PlannedRecipe[RowPlan]):
         if plan.dropout is not None:
             path = plan.dropout.module_path
             body += [
-                f"if self.{path}.training and self.{path}.p > 0:  # active dropout: torch's own call, same RNG stream",
+                f"if self.{path}.training and self.{path}.p > 0:  # active dropout: torch's own call, "
+                "same RNG stream",
                 f"    {y} = torch.nn.functional.dropout({y}, self.{path}.p, training=True)",
             ]
         body += _dim_guards(view.graph, plan)
@@ -59,7 +60,8 @@ class GemmRowEpilogue(PlannedRecipe[RowPlan]):
             task_key=view.task_key,
             summary=(
                 f"{plan.library.op} stays a library call; everything after it is one Triton kernel per row:",
-                f"{plan.describe()} (row in registers, fp32 accumulation, masked lanes hold the neutral element).",
+                f"{plan.describe()} (row in registers, fp32 accumulation, "
+                "masked lanes hold the neutral element).",
             ),
             constants=tuple(pieces.constants),
             helpers=tuple(helper_sources(set(pieces.helpers))),

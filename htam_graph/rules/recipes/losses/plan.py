@@ -1,12 +1,12 @@
 """The plan of `fusion.pointwise_into_reduction`: an elementwise expression reduced over EVERY element.
 
 A forward qualifies when it is elementwise ops on its inputs (with broadcasting) ending in one full reduction:
-`torch.mean(expr)` / `torch.sum(expr)` / `expr.mean()` (no dim), or a functional loss with reduction mean / sum
-/ batchmean (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`, `F.kl_div`), which returns a 0-d
-tensor. The full (broadcast) shape is viewed as [rows, cols] = [prod(shape[:split]), prod(shape[split:])] with
-`split` chosen so that every operand is one of: full (read at row * cols + col), a column operand (broadcast
-over the leading dims: read at col), a row operand (broadcast over the trailing dims: read at row) or a single
-element. No operand index needs a division per element, so the kernel stays memory-bound.
+`torch.mean(expr)` / `torch.sum(expr)` / `expr.mean()` (no dim), or a functional loss with reduction mean /
+sum / batchmean (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`, `F.kl_div`), which returns a
+0-d tensor. The full (broadcast) shape is viewed as [rows, cols] = [prod(shape[:split]), prod(shape[split:])]
+with `split` chosen so that every operand is one of: full (read at row * cols + col), a column operand
+(broadcast over the leading dims: read at col), a row operand (broadcast over the trailing dims: read at row)
+or a single element. No operand index needs a division per element, so the kernel stays memory-bound.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def plan_loss(graph: OpGraph) -> LossPlan:
         raise NotApplicable("the forward's output is not its last op")
     if final.kind not in (OpKind.TOTAL, OpKind.LOSS):
         raise NotApplicable(
-            f"the forward does not end in a sum/mean over every element or a loss ({final.op} is {final.kind})"
+            f"the forward does not end in a sum/mean over every element or a loss ({final.op} "
+            f"is {final.kind})"
         )
     if final.dtype not in _FLOAT_DTYPES:
         raise NotApplicable(f"the result dtype {final.dtype} is not a float")
@@ -138,7 +139,10 @@ def _leaf_names(graph: OpGraph, pre: tuple[OpNode, ...], final: OpNode) -> list[
 
 
 def _space(full: tuple[int, ...], shape: tuple[int, ...], split: int) -> str | None:
-    """How an operand of `shape` is indexed in the [rows, cols] view of `full` split at `split` (None: not)."""
+    (
+        """How an operand of `shape` is indexed in the [rows, """
+        """cols] view of `full` split at `split` (None: not)."""
+    )
     if len(shape) > len(full):
         return None
     padded = (1,) * (len(full) - len(shape)) + tuple(shape)

@@ -1,10 +1,10 @@
 """fusion.pointwise_into_reduction: a loss / mean / sum over every element in one pass over the inputs.
 
 Stage 1 (`<name>_partials_kernel`): a fixed grid of at most MAX_PARTIALS programs; program p walks tiles
-p, p + G, p + 2G, ... of the [rows, cols] view (see recipes/losses/plan.py), loads each operand once, evaluates
-the pointwise term in fp32 and accumulates it in a per-lane fp32 tile, then stores one partial sum. Stage 2
-(`<name>_finish_kernel`): one program sums the partials in a fixed tree order and divides once (mean: by the
-element count, batchmean: by the size of dim 0). No atomics: the result is the same bits on every run.
+p, p + G, p + 2G, ... of the [rows, cols] view (see recipes/losses/plan.py), loads each operand once,
+evaluates the pointwise term in fp32 and accumulates it in a per-lane fp32 tile, then stores one partial sum.
+Stage 2 (`<name>_finish_kernel`): one program sums the partials in a fixed tree order and divides once (mean:
+by the element count, batchmean: by the size of dim 0). No atomics: the result is the same bits on every run.
 
 Launch configuration (what `parallelism.block_size_tuning` varies): BLOCK elements per tile, NUM_WARPS, and
 MAX_PARTIALS = `config.max_single_block // PARTIALS_DIVISOR` (the default 16384 gives 2048 programs). The
@@ -27,14 +27,15 @@ PARTIALS_DIVISOR = 8  # MAX_PARTIALS of a configuration = its max_single_block /
 
 
 def max_partials(config: KernelConfig) -> int:
-    """The stage-1 program count a configuration is written with (a constant of the generated file; at least 2,
-    since KernelConfig keeps max_single_block a power of two >= 16)."""
+    """The stage-1 program count a configuration is written with (a constant of the generated file; at least
+    2, since KernelConfig keeps max_single_block a power of two >= 16)."""
     return config.max_single_block // PARTIALS_DIVISOR
 
 
 _INDEX = {FULL: "rows * n_cols + cols", COL: "cols", ROW: "rows", ONE: "rows * 0 + cols * 0"}
 
-OPERAND_CHECK_SOURCE = '''def check_operand(name: str, t: torch.Tensor, full: tuple[int, ...], split: int, space: str) -> None:
+OPERAND_CHECK_SOURCE = '''\
+def check_operand(name: str, t: torch.Tensor, full: tuple[int, ...], split: int, space: str) -> None:
     """Raise unless `t` is read as `space` (full / col / row / one) in the [rows, cols] view of `full`."""
     padded = (1,) * (len(full) - t.dim()) + tuple(t.shape)
     head_full, tail_full = padded[:split] == full[:split], padded[split:] == full[split:]
@@ -75,7 +76,8 @@ class PointwiseIntoReduction(PlannedRecipe[LossPlan]):
             constants=(
                 f"BLOCK = {config.block}  # elements per tile (BLOCK_R rows x BLOCK_C columns)",
                 f"NUM_WARPS = {config.num_warps}",
-                f"MAX_PARTIALS = {max_partials(config)}  # stage-1 programs at most (fixed: same combine order on any GPU)",
+                f"MAX_PARTIALS = {max_partials(config)}  # stage-1 programs at most (fixed: same "
+                "combine order on any GPU)",
                 f"SPLIT = {plan.split}  # the [rows, cols] view splits the shape before this dim",
             ),
             helpers=tuple(helper_sources(set(helpers))),
@@ -135,7 +137,8 @@ def _kernel_source(plan: LossPlan, name: str, config: KernelConfig) -> tuple[str
     term = _term(plan.final, render)
     lines += [
         f"        term = {term}  # {plan.final.op} ({plan.final.origin})",
-        "        acc += tl.where(mask, term, 0.0)  # masked lanes add nothing (even if the term is inf/nan there)",
+        "        acc += tl.where(mask, term, 0.0)  # masked lanes add nothing (even if the term is "
+        "inf/nan there)",
         "    tl.store(partial_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))",
     ]
     return "\n".join(lines) + "\n", helpers
@@ -177,7 +180,7 @@ def _number_param(node: OpNode, name: str) -> Value:
     return value
 
 
-# ------------------------------------------------------------------------------------------- stage 2 + launcher
+# ----------------------------------------------------------------------------------------- stage 2 + launcher
 def _finish_source(name: str) -> str:
     return f'''@triton.jit
 def {name}_finish_kernel(partial_ptr, out_ptr, n_partials, divisor, BLOCK_P: tl.constexpr):
@@ -204,6 +207,7 @@ def _launcher_source(plan: LossPlan, name: str) -> str:
     for leaf in plan.leaves:
         lines.append(f'    check_operand("{leaf.arg}", {leaf.arg}, full, SPLIT, "{leaf.space}")')
         lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
+    stage1_args = [*tensors, "partials", "n_rows", "n_cols", "n_tiles", *(s.arg for s in plan.scalars)]
     lines += [
         "    n_rows, n_cols = math.prod(full[:SPLIT]), math.prod(full[SPLIT:])",
         "    block_c = min(triton.next_power_of_2(max(n_cols, 1)), BLOCK)",
@@ -213,14 +217,15 @@ def _launcher_source(plan: LossPlan, name: str) -> str:
         f"    partials = torch.empty(n_partials, device={first}.device, dtype=torch.float32)",
         f"    out = torch.empty((), device={first}.device, dtype={first}.dtype)",
         f"    {name}_partials_kernel[(n_partials,)](",
-        f"        {', '.join([*tensors, 'partials', 'n_rows', 'n_cols', 'n_tiles', *(s.arg for s in plan.scalars)])},",
+        f"        {', '.join(stage1_args)},",
         "        BLOCK_R=block_r,",
         "        BLOCK_C=block_c,",
         "        INDEX_64=n_rows * n_cols + BLOCK > 2**31 - 1,",
         "        num_warps=NUM_WARPS,",
         "    )",
         f"    {name}_finish_kernel[(1,)](",
-        f"        partials, out, n_partials, {divisor}, BLOCK_P=triton.next_power_of_2(n_partials), num_warps=4",
+        f"        partials, out, n_partials, {divisor}, BLOCK_P=triton.next_power_of_2(n_partials), "
+        "num_warps=4",
         "    )",
         "    return out",
     ]

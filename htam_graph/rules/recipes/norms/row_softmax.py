@@ -102,7 +102,8 @@ class RowSoftmax(PlannedRecipe[OpNode]):
             task_key=view.task_key,
             summary=(
                 f"{node.op}(dim={dim}) over the last dimension: one program per row, max-subtracted, fp32;",
-                f"rows up to {config.max_single_block} wide in registers, longer rows in a looped online pass.",
+                f"rows up to {config.max_single_block} wide in registers, "
+                "longer rows in a looped online pass.",
             ),
             constants=(
                 f"MAX_SINGLE_BLOCK = {config.max_single_block}  # widest row held in registers in one block",
@@ -140,11 +141,15 @@ class RowSoftmax(PlannedRecipe[OpNode]):
 
 
 def _dim_guard(node: OpNode, input_name: str) -> tuple[str, ...]:
-    """When dim comes from a constructor argument, check at run time that it still means the last dimension."""
+    (
+        """When dim comes from a constructor argument, check at run time that it still means the last """
+        """dimension."""
+    )
     dim = node.param("dim")
     if not isinstance(dim, AttrScalar):
         return ()
     return (
-        f"if self.{dim.path} % {input_name}.dim() != {input_name}.dim() - 1:  # the kernel reduces the last dim",
+        f"if self.{dim.path} % {input_name}.dim() != {input_name}.dim() - 1:  # the kernel reduces "
+        "the last dim",
         f'    raise ValueError(f"{node.op} over dim {{self.{dim.path}}} is not over the last dimension")',
     )

@@ -43,5 +43,6 @@ class SinglePassNorm(ReductionRecipe):
         if reducer.op in ("sum", "mean") and plan.mode == "normalise":
             return
         raise NotApplicable(
-            f"{reducer.op} ({plan.mode} mode) is not a normalisation (norm module, or sum/mean broadcast back)"
+            f"{reducer.op} ({plan.mode} mode) is not a normalisation (norm module, "
+            "or sum/mean broadcast back)"
         )

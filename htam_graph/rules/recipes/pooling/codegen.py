@@ -1,17 +1,17 @@
 """Source text of the windowed pooling kernel, its launcher and the Python helpers they share.
 
 One kernel serves max and avg pooling over 1, 2 or 3 spatial dimensions: the input is viewed as
-(planes, D, H, W) with the missing leading spatial dimensions of size 1 (planes = batch * channels), the output
-as rows (plane, od, oh) of OW outputs. The grid is 2D: axis 0 over groups of ROWS output rows (each row index is
-split into plane / od / oh once per program, never per element), axis 1 over blocks of BLOCK_W consecutive
-outputs along W (BLOCK_W * ROWS = BLOCK; ROWS > 1 only when a row is shorter than BLOCK). Per element only the
-W position is computed, in 32 bits from a per-row base. Window extents, strides, paddings and dilations are
-`tl.constexpr` (read from the pooling module at run time, so Triton specialises the window loop); every program
-loops over the window with `tl.static_range`, skipping a whole D/H row of the window that lies in the padding
-with one per-row test. The elementwise ops before the pool (its prologue) are evaluated on every window element
-as it is loaded, the ops after it (its epilogue) on the pooled value, all in fp32 registers: the pooled
-tensor's input and every intermediate never go through memory. Max pooling propagates NaN, as PyTorch does.
-"""
+(planes, D, H, W) with the missing leading spatial dimensions of size 1 (planes = batch * channels), the
+output as rows (plane, od, oh) of OW outputs. The grid is 2D: axis 0 over groups of ROWS output rows (each row
+index is split into plane / od / oh once per program, never per element), axis 1 over blocks of BLOCK_W
+consecutive outputs along W (BLOCK_W * ROWS = BLOCK; ROWS > 1 only when a row is shorter than BLOCK). Per
+element only the W position is computed, in 32 bits from a per-row base. Window extents, strides, paddings and
+dilations are `tl.constexpr` (read from the pooling module at run time, so Triton specialises the window
+loop); every program loops over the window with `tl.static_range`, skipping a whole D/H row of the window that
+lies in the padding with one per-row test. The elementwise ops before the pool (its prologue) are evaluated on
+every window element as it is loaded, the ops after it (its epilogue) on the pooled value, all in fp32
+registers: the pooled tensor's input and every intermediate never go through memory. Max pooling propagates
+NaN, as PyTorch does."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from htam_graph.rules.codegen.triton_math import emit_op
 
 __all__ = ["PoolCode", "POOL_HELPERS_SOURCE", "pool_kernel_source", "pool_launcher_source"]
 
-# Emitted into every pooling file: window parameters of the module, and the output size, as PyTorch defines it.
+# Emitted into every pooling file: window parameters of the module, and the output size, as PyTorch defines
+# it.
 POOL_HELPERS_SOURCE = '''def as_window(value: object, nd: int) -> tuple[int, ...]:
     """A pooling parameter (int or tuple, as nn.*Pool stores it) as one int per spatial dimension."""
     values = tuple(value) if isinstance(value, tuple | list) else (value,) * nd
@@ -126,13 +127,18 @@ def _kernel_head(code: PoolCode, kernel_name: str) -> list[str]:
         f"def {kernel_name}(",
         *(f"    {p}," for p in _kernel_params(code)),
         "):",
-        f'    """{kind.capitalize()} pooling over a KD x KH x KW window, in fp32: one program computes a tile of',
+        f'    """{kind.capitalize()} pooling over a KD x KH x KW window, '
+        "in fp32: one program computes a tile of",
         "    ROWS output rows x BLOCK_W consecutive outputs along W.",
         "",
-        "    The input is viewed as (planes, ID, IH, IW) with planes = batch * channels (1D and 2D pools have",
-        "    ID = 1 and/or IH = 1), the output as n_rows = planes * OD * OH rows of OW. Each row index is split",
-        "    into (plane, od, oh) once per program; per element only the position along W is computed. Window",
-        '    positions outside the input are padding: a whole D/H row of the window is skipped by one row test."""',
+        "    The input is viewed as (planes, ID, IH, IW) with planes = batch * channels (1D and 2D "
+        "pools have",
+        "    ID = 1 and/or IH = 1), the output as n_rows = planes * OD * OH rows of OW. Each row "
+        "index is split",
+        "    into (plane, od, oh) once per program; per element only the position along W is "
+        "computed. Window",
+        "    positions outside the input are padding: a whole D/H row of the window is skipped by one "
+        'row test."""',
         "    pid_row = tl.program_id(0)  # the large count (rows) is on grid axis 0",
         "    if INDEX_64:  # more than 2**31 elements: 64-bit row bases (in-row offsets stay 32-bit)",
         "        pid_row = pid_row.to(tl.int64)",
@@ -142,7 +148,8 @@ def _kernel_head(code: PoolCode, kernel_name: str) -> list[str]:
         "    rest = row // OH",
         "    od = rest % OD",
         "    plane = rest // OD",
-        "    ow = (w_block_first + tl.program_id(1)) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]  # [1, BLOCK_W]",
+        "    ow = (w_block_first + tl.program_id(1)) * BLOCK_W + tl.arange(0, BLOCK_W)[None, "
+        ":]  # [1, BLOCK_W]",
         "    out_ok = row_ok & (ow < OW)",
         "    # first input position of each window (may lie in the padding)",
         "    d0 = od * SD - PD",
@@ -185,7 +192,8 @@ def pool_kernel_source(code: PoolCode, kernel_name: str) -> tuple[str, frozenset
             lines.append(f"            {win}  # window starts in this input row (64-bit pointers)")
     lines += [
         "            for kw in tl.static_range(KW):",
-        f"                # input position w0 + {step[2]} inside [0, IW), tested on w0 so that the tap's offset",
+        f"                # input position w0 + {step[2]} inside [0, IW), "
+        "tested on w0 so that the tap's offset",
         "                # stays a compile-time constant added to the row pointers",
         f"                valid = row_in & (w0 >= -{step[2]}) & (w0 < IW - {step[2]})",
     ]
@@ -229,9 +237,11 @@ def _divisor_lines() -> list[str]:
         "        if COUNT_INCLUDE_PAD:",
         "            count = ((d1 - d0) * (h1 - h0)) * (w1 - w0)",
         "        else:",
-        "            count = (tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, IH) - tl.maximum(h0, 0))",
+        "            count = (tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, "
+        "IH) - tl.maximum(h0, 0))",
         "            count = count * (tl.minimum(w1, IW) - tl.maximum(w0, 0))",
-        "        count = tl.where(out_ok, count, 1)  # lanes past the row's end (never stored) must not divide by 0",
+        "        count = tl.where(out_ok, count, 1)  # lanes past the row's end (never stored) must "
+        "not divide by 0",
         "        pooled = acc / count.to(tl.float32)",
     ]
 
@@ -270,10 +280,12 @@ def pool_launcher_source(code: PoolCode, launcher_name: str, kernel_name: str) -
     )
     lines = [
         f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """{code.op} of the prologue over `{src}`, then the epilogue; window parameters read from `pool`."""',
+        f'    """{code.op} of the prologue over `{src}`, '
+        'then the epilogue; window parameters read from `pool`."""',
         f"    nd = {code.nd}  # pooled spatial dimensions",
         f"    if {src}.dim() != nd + 2:",
-        f'        raise ValueError(f"expected a batched {{nd + 2}}-d input, got shape {{tuple({src}.shape)}}")',
+        f'        raise ValueError(f"expected a batched {{nd + 2}}-d input, '
+        f'got shape {{tuple({src}.shape)}}")',
         "    kernel = as_window(pool.kernel_size, nd)",
         "    stride = as_window(pool.stride if pool.stride is not None else pool.kernel_size, nd)",
         "    padding = as_window(pool.padding, nd)",
@@ -359,7 +371,8 @@ def _launch_lines(code: PoolCode, kernel_name: str) -> list[str]:
         *(f"            {w}" for w in window),
         "            ROWS=rows,",
         "            BLOCK_W=block_w,",
-        f"            INDEX_64=max(out.numel(), {code.source.arg}.numel()) + {block_constant(kernel_name)} > INT32_MAX,",
+        f"            INDEX_64=max(out.numel(), {code.source.arg}.numel()) "
+        f"+ {block_constant(kernel_name)} > INT32_MAX,",
         f"            num_warps={warps_constant(kernel_name)},",
         "        )",
     ]

@@ -1,4 +1,5 @@
-"""data_reuse.pooling_window_reuse: max / avg pooling (1D, 2D, 3D) as one Triton kernel, with what surrounds it.
+"""data_reuse.pooling_window_reuse: max / avg pooling (1D, 2D, 3D) as one Triton kernel, with what surrounds
+it.
 
 Applies to a forward of the form  [library op] -> elementwise prologue -> nn.MaxPoolNd / nn.AvgPoolNd ->
 elementwise epilogue  (each part optional except the pool): KernelBench's plain pooling tasks and the level2
@@ -87,7 +88,8 @@ class PoolWindow(PlannedRecipe[PoolPlan]):
             kernels=(kernel,),
             extra=(POOL_HELPERS_SOURCE, *((BROADCAST_LAYOUT_SOURCE,) if broadcast else ())),
             launchers=(pool_launcher_source(code, launcher_name, kernel_name),),
-            class_doc=f"{_describe(plan)}: the pooling and the elementwise ops around it in one Triton kernel.",
+            class_doc=f"{_describe(plan)}: the pooling and the elementwise ops around it in one "
+            "Triton kernel.",
             forward_body=tuple(body),
         )
         return render_file(parts, view.skeleton)

@@ -30,7 +30,10 @@ def refs(nodes: tuple[OpNode, ...] | list[OpNode]) -> set[str]:
 def emit_node(
     plan: ReducePlan, node: OpNode, vars_: dict[str, str], helpers: set[str], per_column: bool = False
 ) -> str:
-    """The Triton expression of an elementwise node; with `per_column`, per-column values broadcast over rows."""
+    (
+        """The Triton expression of an elementwise node; with `per_column`, """
+        """per-column values broadcast over rows."""
+    )
     scalar_args = {s.path: s.arg for s in plan.scalars}
     reduced_names = {n.name for n in plan.post_reduced}
     reduced_names |= {lf.ref for lf in plan.leaves if lf.space in (OUT, BOUT)}
@@ -61,6 +64,9 @@ def emit_nodes(
 
 
 def indent(lines: list[str], levels: int) -> list[str]:
-    """Each line (a line may hold several, split on newlines) indented by `levels` levels; blank lines stay."""
+    (
+        """Each line (a line may hold several, split on newlines) indented by `levels` levels; blank """
+        """lines stay."""
+    )
     pad = "    " * levels
     return [pad + line if line else line for line in (ln for block in lines for ln in block.split("\n"))]

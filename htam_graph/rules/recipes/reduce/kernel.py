@@ -115,7 +115,8 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
         f"def {kernel_name}(",
         *(f"    {p}," for p in params),
         "):",
-        f'    """{plan.describe()}: one program per (outer index, BLOCK_I columns[, slice of the reduction])."""',
+        f'    """{plan.describe()}: one program per (outer index, BLOCK_I columns[, '
+        'slice of the reduction])."""',
         "    pid = tl.program_id(0)",
         "    tile = pid // grid_split",
         "    split = pid % grid_split",
@@ -150,7 +151,8 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
             f"        {s}_j = tl.load(part_{s}_ptr + part_offs + j, mask=col_mask, other={init})"
             for s, init, _ in states
         ),
-        f"        {', '.join(state_names)} = _combine_{stat}({', '.join(state_names)}, {', '.join(s + '_j' for s in state_names)})",
+        f"        {', '.join(state_names)} = "
+        f"_combine_{stat}({', '.join(state_names)}, {', '.join(s + '_j' for s in state_names)})",
         "else:",
         *_indent(fold, 1),
     ]

@@ -14,15 +14,18 @@ from htam_graph.rules.recipes.reduce.statistics import STATES
 
 __all__ = ["BROADCAST_LAYOUT_SOURCE", "REDUCTION_LAYOUT_SOURCE", "launcher_call", "launcher_source"]
 
-REDUCTION_LAYOUT_SOURCE = '''def reduction_layout(shape: torch.Size, dims: int | tuple[int, ...]) -> tuple[int, int, int]:
+REDUCTION_LAYOUT_SOURCE = '''\
+def reduction_layout(shape: torch.Size, dims: int | tuple[int, ...]) -> tuple[int, int, int]:
     """(outer, reduced, inner) extents of a contiguous tensor reduced over `dims` (which must be adjacent)."""
     dims = sorted(d % len(shape) for d in ((dims,) if isinstance(dims, int) else dims))
     if dims != list(range(dims[0], dims[-1] + 1)):
         raise ValueError(f"reducing over non-adjacent dims {dims} is not supported")
-    return math.prod(shape[: dims[0]]), math.prod(shape[dims[0] : dims[-1] + 1]), math.prod(shape[dims[-1] + 1 :])
+    return math.prod(shape[: dims[0]]), math.prod(shape[dims[0] : dims[-1] + 1]), \
+math.prod(shape[dims[-1] + 1 :])
 '''
 
-BROADCAST_LAYOUT_SOURCE = '''def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int]:
+BROADCAST_LAYOUT_SOURCE = '''\
+def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int]:
     """(inner, size) such that flat element i of a tensor of `out_shape` reads element (i // inner) % size."""
     padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
     dims = [d for d, s in enumerate(padded) if s != 1]
@@ -46,14 +49,16 @@ def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name
     first = next(lf.arg for lf in plan.leaves if lf.space == FULL)
     lines = [
         f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name}: sizes, strides of the [outer, reduced, inner] view and the split read at run time."""',
+        f'    """Launch {kernel_name}: sizes, strides of the [outer, reduced, '
+        'inner] view and the split read at run time."""',
         f"    full_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in full)})",
     ]
     for leaf in plan.leaves:
         if leaf.space == FULL:
             lines += [
                 f"    if {leaf.arg}.shape != full_shape:",
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple(full_shape)}}")',
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(full_shape)}}")',
             ]
         lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
     lines += _layout_lines(plan)
@@ -69,7 +74,8 @@ def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name
         elif leaf.space == OUT:
             lines += [
                 f"    if {leaf.arg}.shape != out_shape:",
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple(out_shape)}}")',
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(out_shape)}}")',
             ]
     out_dtype = "torch.int64" if reducer.op in ("argmax", "argmin") else f"{first}.dtype"
     lines += [
@@ -81,17 +87,20 @@ def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name
         "    block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))",
         "    n_itiles = triton.cdiv(n_inner, block_i)",
         "    n_tiles = n_outer * n_itiles",
-        "    # few long reductions: split each across programs so the whole GPU works (partials merged after)",
+        "    # few long reductions: split each across programs so the whole GPU works (partials "
+        "merged after)",
         "    n_split = 1",
         "    if n_tiles < SPLIT_TARGET_PROGRAMS:",
-        "        n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), n_red // (block_r * MIN_TILES_PER_SPLIT)))",
+        "        n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), "
+        "n_red // (block_r * MIN_TILES_PER_SPLIT)))",
         "    red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r",
         "    n_split = triton.cdiv(n_red, red_per_split)",
     ]
     states = STATES[stat]
     dtype_of = {"tl.float32": "torch.float32", "tl.int32": "torch.int32"}
     parts = [
-        f"    part_{s} = torch.empty(n_outer * n_inner * n_split if n_split > 1 else 1, device={first}.device, dtype={dtype_of[dt]})"
+        f"    part_{s} = torch.empty(n_outer * n_inner * n_split if n_split > 1 else 1, "
+        f"device={first}.device, dtype={dtype_of[dt]})"
         for s, _, dt in states
     ]
     lines += parts
@@ -142,7 +151,8 @@ def _layout_lines(plan: ReducePlan) -> list[str]:
         return [
             "    k = len(normalized_shape)",
             "    if tuple(full_shape[-k:]) != tuple(normalized_shape):",
-            '        raise ValueError(f"input shape {tuple(full_shape)} does not end with {tuple(normalized_shape)}")',
+            '        raise ValueError(f"input shape {tuple(full_shape)} does not end with '
+            '{tuple(normalized_shape)}")',
             "    n_red, n_inner = math.prod(normalized_shape), 1",
             "    n_outer = math.prod(full_shape) // n_red",
             "    out_shape = full_shape",
@@ -151,7 +161,8 @@ def _layout_lines(plan: ReducePlan) -> list[str]:
         return [
             "    if full_shape[1] % num_groups:",
             '        raise ValueError(f"{full_shape[1]} channels do not split into {num_groups} groups")',
-            "    n_outer, n_inner = full_shape[0] * num_groups, 1  # each (sample, group) is one contiguous row",
+            "    n_outer, n_inner = full_shape[0] * num_groups, 1  # each (sample, "
+            "group) is one contiguous row",
             "    n_red = math.prod(full_shape) // n_outer if n_outer else 0",
             "    out_shape = full_shape",
         ]

@@ -1,12 +1,12 @@
 """The plan shared by the reduction and normalisation recipes: one reducing op with fused neighbours.
 
-A forward qualifies when it is: an optional library op (conv / linear / matmul, kept as the library call, possibly
-after pooling modules on the input, kept as PyTorch calls too), then
-elementwise ops on the full tensor (the prologue), exactly ONE reducing op (a reduction over contiguous dims, a
-norm module, or a softmax over any dim), then elementwise ops after it (the epilogue). The epilogue either works
-on the reduced result (`reduce` mode: logsumexp -> mish) or combines it with full-size values (`normalise`
-mode: x / sqrt(mean(x**2) + eps), layer norm -> gelu). Everything but the library op becomes one Triton kernel
-(plus a tiny partial-statistics kernel when few long rows must be split across programs).
+A forward qualifies when it is: an optional library op (conv / linear / matmul, kept as the library call,
+possibly after pooling modules on the input, kept as PyTorch calls too), then
+elementwise ops on the full tensor (the prologue), exactly ONE reducing op (a reduction over contiguous dims,
+a norm module, or a softmax over any dim), then elementwise ops after it (the epilogue). The epilogue either
+works on the reduced result (`reduce` mode: logsumexp -> mish) or combines it with full-size values
+(`normalise` mode: x / sqrt(mean(x**2) + eps), layer norm -> gelu). Everything but the library op becomes one
+Triton kernel (plus a tiny partial-statistics kernel when few long rows must be split across programs).
 """
 
 from __future__ import annotations
@@ -134,12 +134,13 @@ def plan_reduction(graph: OpGraph) -> ReducePlan:
 
 
 def _library_stage(graph: OpGraph, nodes: list[OpNode]) -> tuple[tuple[OpNode, ...], OpNode | None]:
-    """(pooling modules before it, the library op), both removed from `nodes`; ((), None) without a library op.
+    """(pooling modules before it, the library op), both removed from `nodes`; ((), None) without a library
+    op.
 
     The library op must read forward inputs and parameters, or the pooling chain before it: `avg_pool(x)` ->
-    `conv_transpose` stays `self.conv_transpose(self.avg_pool(x))` in PyTorch, and its output is what the kernel
-    reads. A pool output used anywhere else is not supported (the kernel would need it as a second input).
-    """
+    `conv_transpose` stays `self.conv_transpose(self.avg_pool(x))` in PyTorch, and its output is what the
+    kernel reads. A pool output used anywhere else is not supported (the kernel would need it as a second
+    input)."""
     lead = 0
     while lead < len(nodes) and nodes[lead].kind is OpKind.POOL and nodes[lead].module_path is not None:
         lead += 1
@@ -163,7 +164,8 @@ def _library_stage(graph: OpGraph, nodes: list[OpNode]) -> tuple[tuple[OpNode, .
 
 def _check_specialised(graph: OpGraph, reducer: OpNode) -> None:
     """F.layer_norm's normalized_shape without weight / bias is a constant; when the analysis answered shape
-    introspection with the analysed sizes it may hold for those sizes only, so it is not baked into a kernel."""
+    introspection with the analysed sizes it may hold for those sizes only, so it is not baked into a
+    kernel."""
     affine = any(isinstance(v, Ref) for v in reducer.operands[1:])
     if reducer.op == "layer_norm" and graph.shape_specialised and not affine:
         raise NotApplicable(

@@ -1,17 +1,17 @@
 """The short-row norm kernel: BLOCK_ROWS whole rows per program, each row held in registers.
 
-Layer norm over a short last dim (level2/34: rows of 64 among 4M) and group norm after a GEMM (level2/62: rows of
-16, i.e. a (sample, group) of 16 features, among 512K) have millions of tiny rows. The tiled kernel of
+Layer norm over a short last dim (level2/34: rows of 64 among 4M) and group norm after a GEMM (level2/62: rows
+of 16, i.e. a (sample, group) of 16 features, among 512K) have millions of tiny rows. The tiled kernel of
 kernel.py gives each row its own program: most lanes of a [BLOCK_R, 1] tile are masked, every program
 pays for a cross-lane Welford merge and reads its row twice, and a broadcast operand costs a 64-bit division
 and modulo per element. Here a program owns a [BLOCK_ROWS, BLOCK_N] tile (BLOCK_N = next power of 2 of the
-row length, BLOCK_ROWS * BLOCK_N = BLOCK elements, one contiguous block of memory when the row length is a power
-of 2): one load per element, the per-row mean and then the mean squared deviation from it (two passes over
-registers, fp32: exact, no cancellation for inputs with a large mean), the affine and the fused elementwise ops,
-one full store. Broadcast operands are indexed per column (layer norm affine: it repeats along every row), per
-row (a conv bias before a layer norm over the last dim) or per channel (group / instance norm affine,
-per-feature weights after a GEMM), decided in the launcher and computed from [BLOCK_ROWS] / [BLOCK_N] vectors,
-never per element; other layouts fall back to the flat index.
+row length, BLOCK_ROWS * BLOCK_N = BLOCK elements, one contiguous block of memory when the row length is a
+power of 2): one load per element, the per-row mean and then the mean squared deviation from it (two passes
+over registers, fp32: exact, no cancellation for inputs with a large mean), the affine and the fused
+elementwise ops, one full store. Broadcast operands are indexed per column (layer norm affine: it repeats
+along every row), per row (a conv bias before a layer norm over the last dim) or per channel (group / instance
+norm affine, per-feature weights after a GEMM), decided in the launcher and computed from [BLOCK_ROWS] /
+[BLOCK_N] vectors, never per element; other layouts fall back to the flat index.
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ __all__ = [
     "uses_rows_kernel",
 ]
 
-SHORT_ROW_CONSTANT = "SHORT_ROW_MAX = 1024  # norm rows up to min(this, BLOCK) long are held whole in registers, several per program"
+SHORT_ROW_CONSTANT = (
+    "SHORT_ROW_MAX = 1024  # norm rows up to min(this, "
+    "BLOCK) long are held whole in registers, several per program"
+)
 
-OPERAND_MODE_SOURCE = '''def operand_mode(inner: int, size: int, n_red: int, channel_layout: tuple[int, int] | None) -> int:
+OPERAND_MODE_SOURCE = '''\
+def operand_mode(inner: int, size: int, n_red: int, channel_layout: tuple[int, int] | None) -> int:
     """How the short-row kernel indexes an operand whose flat index is (i // inner) % size: 1 by column (it
     repeats along every row), 3 by row (constant along each row), 2 by channel (a per-channel operand of a
     group / instance norm), 0 per element."""
@@ -48,7 +52,10 @@ _CHANNEL_NORMS = ("nn_group_norm", "nn_instance_norm")
 
 
 def uses_rows_kernel(plan: ReducePlan) -> bool:
-    """Norm modules (layer / group / instance norm, F.layer_norm) get the short-row kernel besides the tiled one."""
+    (
+        """Norm modules (layer / group / instance norm, F.layer_norm) get the short-row kernel besides """
+        """the tiled one."""
+    )
     return plan.reducer.kind is OpKind.NORM and plan.mode == "normalise"
 
 
@@ -76,7 +83,8 @@ def rows_kernel(plan: ReducePlan, kernel_name: str, helpers: set[str]) -> str:
         f"def {kernel_name}(",
         *(f"    {p}," for p in params),
         "):",
-        f'    """{plan.describe()}: BLOCK_ROWS whole rows of n_red <= BLOCK_N elements per program, in registers."""',
+        f'    """{plan.describe()}: BLOCK_ROWS whole rows of n_red <= BLOCK_N elements per program, '
+        'in registers."""',
         "    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
         "    cols = tl.arange(0, BLOCK_N)",
         "    row_mask = rows < n_rows",
@@ -96,7 +104,8 @@ def rows_kernel(plan: ReducePlan, kernel_name: str, helpers: set[str]) -> str:
     assert isinstance(source, Ref)  # plan_reduction checked it
     lines += [
         f"    v = {vars_[source.name]}",
-        "    # per-row statistics in fp32: the mean, then the mean squared deviation from it (biased, as the norms)",
+        "    # per-row statistics in fp32: the mean, then the mean squared deviation from it (biased, "
+        "as the norms)",
         "    mean = tl.sum(tl.where(mask, v, 0.0), axis=1) / n_red",
         "    diff = tl.where(mask, v - mean[:, None], 0.0)",
         "    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=1) / n_red + eps)",
@@ -131,7 +140,8 @@ def _loads(plan: ReducePlan) -> list[str]:
             continue
         lines += [
             f"if {_mode_name(leaf)} == 1:  # repeats along every row: one [1, BLOCK_N] load",
-            f"    {a} = tl.load({a}_ptr + ((cols // {a}_inner) % {a}_size)[None, :], mask=col_mask[None, :], other=0.0)",
+            f"    {a} = tl.load({a}_ptr + ((cols // {a}_inner) % {a}_size)[None, :], "
+            "mask=col_mask[None, :], other=0.0)",
             f"elif {_mode_name(leaf)} == 3:  # constant along each row: one [BLOCK_ROWS, 1] load",
             f"    {a}_idx = (rows.to(tl.int64) * n_red // {a}_inner) % {a}_size",
             f"    {a} = tl.load({a}_ptr + {a}_idx[:, None], mask=row_mask[:, None], other=0.0)",
@@ -161,7 +171,8 @@ def rows_launch_lines(plan: ReducePlan, kernel_name: str) -> list[str]:
     tensors = [lf.arg for lf in plan.leaves]
     lines = [
         "    if n_inner == 1 and n_red <= min(BLOCK, SHORT_ROW_MAX):",
-        "        # short rows: BLOCK // block_n whole rows per program, each in registers; one read, one write",
+        "        # short rows: BLOCK // block_n whole rows per program, each in registers; one read, "
+        "one write",
         "        block_n = triton.next_power_of_2(n_red)",
         "        block_rows = min(max(1, BLOCK // block_n), triton.next_power_of_2(n_outer))",
     ]
@@ -190,7 +201,8 @@ def rows_launch_lines(plan: ReducePlan, kernel_name: str) -> list[str]:
         "            BLOCK_ROWS=block_rows,",
         "            BLOCK_N=block_n,",
         *(f"            {m}," for m in modes),
-        "            num_warps=min(NUM_WARPS, max(1, block_rows * block_n // 128)),  # >= 4 elements per thread",
+        "            num_warps=min(NUM_WARPS, max(1, block_rows * block_n // 128)),  # >= 4 elements "
+        "per thread",
         "        )",
         "        return out",
     ]

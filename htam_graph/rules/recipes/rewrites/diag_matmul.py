@@ -1,4 +1,5 @@
-"""algebraic_rewrite.diag_matmul_as_broadcast: diag(a) @ B -> a[:, None] * B, and B @ diag(a) -> B * a[None, :].
+"""algebraic_rewrite.diag_matmul_as_broadcast: diag(a) @ B -> a[:, None] * B, and B @ diag(a) -> B * a[None,
+:].
 
 Recognised forms (a 1-D, B 2-D, both float32 forward inputs or parameters):
     torch.diag(a) @ B   (matmul / mm)        a.unsqueeze(1) * B  (or unsqueeze(-1), either operand order)
@@ -20,7 +21,8 @@ KEY = "algebraic_rewrite.diag_matmul_as_broadcast"
 
 _KERNEL = '''@triton.jit
 def diag_scale_kernel(a_ptr, b_ptr, out_ptr, n_cols, SCALE_ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """out[i, j] = a[i] * b[i, j] (SCALE_ROWS) or b[i, j] * a[j]: one program per (row, BLOCK columns), fp32."""
+    """out[i, j] = a[i] * b[i, j] (SCALE_ROWS) or b[i, j] * a[j]: one program per (row, BLOCK columns), \
+fp32."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -46,7 +48,8 @@ _LAUNCHER = '''def diag_scale(a: torch.Tensor, b: torch.Tensor, scale_rows: bool
     if out.numel() == 0:
         return out
     grid = (n_rows, triton.cdiv(n_cols, BLOCK_DIAG_SCALE))
-    diag_scale_kernel[grid](a, b, out, n_cols, SCALE_ROWS=scale_rows, BLOCK=BLOCK_DIAG_SCALE, num_warps=NUM_WARPS_DIAG_SCALE)
+    diag_scale_kernel[grid](a, b, out, n_cols, SCALE_ROWS=scale_rows, BLOCK=BLOCK_DIAG_SCALE, \
+num_warps=NUM_WARPS_DIAG_SCALE)
     return out
 '''
 

@@ -1,4 +1,5 @@
-"""algebraic_rewrite.drop_noops: remove value-preserving copies (clone, detach, contiguous), then fuse the rest.
+"""algebraic_rewrite.drop_noops: remove value-preserving copies (clone, detach, contiguous), then fuse the
+rest.
 
 `original_x = x.clone().detach()` followed by `x * s + original_x` (KernelBench's "ResidualAdd" tasks) reads
 the same values twice; eager PyTorch materialises the copy. Every use of a copy is redirected to the copied

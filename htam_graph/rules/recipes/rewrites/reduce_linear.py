@@ -26,8 +26,10 @@ from htam_graph.rules.recipes.gemm_row.plan import RowPlan, RowStep, plan_rows, 
 KEY = "algebraic_rewrite.reduce_before_linear"
 
 REDUCE_GROUPS_SOURCE = '''@triton.jit
-def reduce_row_groups_kernel(w_ptr, out_ptr, n_cols, group, scale, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[p, c] = scale * sum_{j < group} w[p * group + j, c]; one program per (group p, BLOCK_C columns), fp32."""
+def reduce_row_groups_kernel(w_ptr, out_ptr, n_cols, group, scale, BLOCK_R: tl.constexpr, \
+BLOCK_C: tl.constexpr):
+    """out[p, c] = scale * sum_{j < group} w[p * group + j, c]; one program per (group p, BLOCK_C columns), \
+fp32."""
     p = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < n_cols
@@ -103,7 +105,8 @@ class ReduceBeforeLinear(PlannedRecipe[LinearReduce]):
             )
             bias = "b_reduced"
         body += [
-            f"{y} = torch.nn.functional.linear({x}, w_reduced, {bias})  # library GEMM on the reduced weights",
+            f"{y} = torch.nn.functional.linear({x}, w_reduced, {bias})  # library GEMM on the reduced "
+            "weights",
             f"return fused_reduced_linear({', '.join([y, *pieces.call_args])})",
         ]
         parts = SourceParts(
@@ -111,8 +114,10 @@ class ReduceBeforeLinear(PlannedRecipe[LinearReduce]):
             config=config,
             task_key=view.task_key,
             summary=(
-                f"{what} of {plan.library.op} is taken on the weights first (exact algebra, new summation order):",
-                "a small Triton kernel reduces the weight rows, the library call runs on them, and the ops after",
+                f"{what} of {plan.library.op} is taken on the weights first (exact algebra, "
+                "new summation order):",
+                "a small Triton kernel reduces the weight rows, the library call runs on them, "
+                "and the ops after",
                 f"the reduction are one row kernel: {plan.describe()}.",
             ),
             constants=tuple(pieces.constants),
@@ -120,7 +125,8 @@ class ReduceBeforeLinear(PlannedRecipe[LinearReduce]):
             kernels=tuple(pieces.kernels),
             extra=(WINDOW_SOURCE,),
             launchers=(REDUCE_GROUPS_LAUNCHER, pieces.launcher),
-            class_doc=f"{plan.library.op} with {reducer.op} folded into its weights, then one fused row kernel.",
+            class_doc=f"{plan.library.op} with {reducer.op} folded into its weights, "
+            "then one fused row kernel.",
             forward_body=tuple(body),
         )
         return render_file(parts, view.skeleton)
@@ -133,10 +139,11 @@ def plan_rewrite(graph: OpGraph) -> LinearReduce:
         raise NotApplicable("dropout sits between the linear map and the reduction")
     weight, bias = _linear_params(graph, original.library)
     if original.library.op != "linear" or original.library.module_path is None:
-        # Accuracy, not algebra: the reordered fp32 sums stay within 1e-4 of the reference only when the result
-        # is not much larger than the tolerance allows. nn.Linear's init bounds the weights by 1/sqrt(in); a raw
-        # parameter has no known scale, and at unit scale (level2/14, randn weights) even the fp64-exact answer
-        # is up to 3x outside rtol=atol=1e-4 of the fp32 reference (measured on the CPU at the default size).
+        # Accuracy, not algebra: the reordered fp32 sums stay within 1e-4 of the reference only when the
+        # result is not much larger than the tolerance allows. nn.Linear's init bounds the weights by
+        # 1/sqrt(in); a raw parameter has no known scale, and at unit scale (level2/14, randn weights) even
+        # the fp64-exact answer is up to 3x outside rtol=atol=1e-4 of the fp32 reference (measured on the CPU
+        # at the default size).
         raise NotApplicable(
             "the weights are not an nn.Linear module's (unknown scale: a reordered fp32 sum may leave 1e-4)"
         )

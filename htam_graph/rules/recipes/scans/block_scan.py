@@ -31,7 +31,10 @@ _IDENTITY = {"cumsum": "0.0", "cumprod": "1.0"}
 
 @dataclass(frozen=True)
 class ScanPlan:
-    """`op` (cumsum / cumprod) along `dim` of `source`, or of `pre` (elementwise ops on same-shaped inputs)."""
+    (
+        """`op` (cumsum / cumprod) along `dim` of `source`, """
+        """or of `pre` (elementwise ops on same-shaped inputs)."""
+    )
 
     op: str
     source: str  # the input the scan reads (the first tensor input of the prologue when there is one)
@@ -193,10 +196,12 @@ class BlockScan(PlannedRecipe[ScanPlan]):
             task_key=view.task_key,
             summary=(
                 f"{form} {plan.op} along dim {dim}: one pass, chunked tree scan + carried prefix in fp32.",
-                "Each chunk is scanned as a tree (PyTorch's CPU loop is sequential): rounding differs slightly.",
+                "Each chunk is scanned as a tree (PyTorch's CPU loop is sequential): rounding differs "
+                "slightly.",
             ),
             constants=(
-                f"BLOCK = {config.block}  # elements per chunk (BLOCK_L x BLOCK_I tiles when the scan dim is strided)",
+                f"BLOCK = {config.block}  # elements per chunk (BLOCK_L x BLOCK_I tiles when the scan "
+                "dim is strided)",
                 f"NUM_WARPS = {config.num_warps}",
                 "MAX_BLOCK_I = 64  # contiguous columns per program when the scan dim is not the last",
             ),
@@ -232,7 +237,8 @@ def _carry_update(op: str) -> str:
 
 
 _KERNEL_NAMES = (
-    "row base carry start offs src src_at dst_at v valid result pid n_col_blocks outer cols mask length inner "
+    "row base carry start offs src src_at dst_at v valid result pid n_col_blocks outer cols mask "
+    "length inner "
     "out dim block_i block_l grid index_64 math"
 ).split()
 
@@ -243,7 +249,10 @@ def _arg_names(plan: ScanPlan) -> dict[str, str]:
 
 
 def _value_lines(plan: ScanPlan, index: str) -> tuple[list[str], set[str]]:
-    """Load every tensor at `index` (masked by `valid`), apply the prologue, leave the scanned value in `v`."""
+    (
+        """Load every tensor at `index` (masked by `valid`), apply the prologue, """
+        """leave the scanned value in `v`."""
+    )
     args = _arg_names(plan)
     lines = [f"{a} = tl.load({a}_ptr + {index}, mask=valid, other=0).to(tl.float32)" for a in args.values()]
     variables = dict(args)
@@ -309,7 +318,8 @@ def _columns_kernel(plan: ScanPlan) -> str:
     return f'''@triton.jit
 def {plan.name}_columns_kernel(
     {_pointer_params(plan)}, out_ptr, length, inner,
-    SHIFT: tl.constexpr, REVERSE: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+    SHIFT: tl.constexpr, REVERSE: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_I: tl.constexpr, \
+INDEX_64: tl.constexpr,
 ):
     """Scan dim strided by `inner`: a program owns BLOCK_I contiguous columns of one outer index."""
     pid = tl.program_id(0)
