@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, Scalar, operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 
@@ -120,42 +121,40 @@ def _kernel_params(code: PoolCode) -> list[str]:
     return params
 
 
+_KERNEL_HEAD = '''
+    @triton.jit
+    def $kernel_name(
+    $params
+    ):
+        """$Kind pooling over a KD x KH x KW window, in fp32: one program computes a tile of
+        ROWS output rows x BLOCK_W consecutive outputs along W.
+
+        The input is viewed as (planes, ID, IH, IW) with planes = batch * channels (1D and 2D pools have
+        ID = 1 and/or IH = 1), the output as n_rows = planes * OD * OH rows of OW. Each row index is split
+        into (plane, od, oh) once per program; per element only the position along W is computed. Window
+        positions outside the input are padding: a whole D/H row of the window is skipped by one row test."""
+        pid_row = tl.program_id(0)  # the large count (rows) is on grid axis 0
+        if INDEX_64:  # more than 2**31 elements: 64-bit row bases (in-row offsets stay 32-bit)
+            pid_row = pid_row.to(tl.int64)
+        row = pid_row * ROWS + tl.arange(0, ROWS)[:, None]  # [ROWS, 1]
+        row_ok = row < n_rows
+        oh = row % OH
+        rest = row // OH
+        od = rest % OD
+        plane = rest // OD
+        ow = (w_block_first + tl.program_id(1)) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]  # [1, BLOCK_W]
+        out_ok = row_ok & (ow < OW)
+        # first input position of each window (may lie in the padding)
+        d0 = od * SD - PD
+        h0 = oh * SH - PH
+        w0 = ow * SW - PW
+'''
+
+
 def _kernel_head(code: PoolCode, kernel_name: str) -> list[str]:
     kind = "max" if code.is_max else "average"
-    return [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in _kernel_params(code)),
-        "):",
-        f'    """{kind.capitalize()} pooling over a KD x KH x KW window, '
-        "in fp32: one program computes a tile of",
-        "    ROWS output rows x BLOCK_W consecutive outputs along W.",
-        "",
-        "    The input is viewed as (planes, ID, IH, IW) with planes = batch * channels (1D and 2D "
-        "pools have",
-        "    ID = 1 and/or IH = 1), the output as n_rows = planes * OD * OH rows of OW. Each row "
-        "index is split",
-        "    into (plane, od, oh) once per program; per element only the position along W is "
-        "computed. Window",
-        "    positions outside the input are padding: a whole D/H row of the window is skipped by one "
-        'row test."""',
-        "    pid_row = tl.program_id(0)  # the large count (rows) is on grid axis 0",
-        "    if INDEX_64:  # more than 2**31 elements: 64-bit row bases (in-row offsets stay 32-bit)",
-        "        pid_row = pid_row.to(tl.int64)",
-        "    row = pid_row * ROWS + tl.arange(0, ROWS)[:, None]  # [ROWS, 1]",
-        "    row_ok = row < n_rows",
-        "    oh = row % OH",
-        "    rest = row // OH",
-        "    od = rest % OD",
-        "    plane = rest // OD",
-        "    ow = (w_block_first + tl.program_id(1)) * BLOCK_W + tl.arange(0, BLOCK_W)[None, "
-        ":]  # [1, BLOCK_W]",
-        "    out_ok = row_ok & (ow < OW)",
-        "    # first input position of each window (may lie in the padding)",
-        "    d0 = od * SD - PD",
-        "    h0 = oh * SH - PH",
-        "    w0 = ow * SW - PW",
-    ]
+    params = "\n".join(f"    {p}," for p in _kernel_params(code))
+    return template.lines(_KERNEL_HEAD, kernel_name=kernel_name, params=params, Kind=kind.capitalize())
 
 
 def pool_kernel_source(code: PoolCode, kernel_name: str) -> tuple[str, frozenset[str]]:

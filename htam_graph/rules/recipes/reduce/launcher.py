@@ -7,6 +7,7 @@ states) when split, then phase 1.
 
 from __future__ import annotations
 
+from htam_graph.rules.codegen import template
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, number
 from htam_graph.rules.recipes.reduce.plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
 from htam_graph.rules.recipes.reduce.rows import rows_launch_lines, uses_rows_kernel
@@ -83,18 +84,7 @@ def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name
         "    if out.numel() == 0 or n_red == 0:",
         "        return out",
         *(rows_launch_lines(plan, f"{stem(plan)}_rows_kernel") if uses_rows_kernel(plan) else []),
-        "    block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)",
-        "    block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))",
-        "    n_itiles = triton.cdiv(n_inner, block_i)",
-        "    n_tiles = n_outer * n_itiles",
-        "    # few long reductions: split each across programs so the whole GPU works (partials "
-        "merged after)",
-        "    n_split = 1",
-        "    if n_tiles < SPLIT_TARGET_PROGRAMS:",
-        "        n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), "
-        "n_red // (block_r * MIN_TILES_PER_SPLIT)))",
-        "    red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r",
-        "    n_split = triton.cdiv(n_red, red_per_split)",
+        *template.lines(_SPLIT, indent=_BODY),
     ]
     states = STATES[stat]
     dtype_of = {"tl.float32": "torch.float32", "tl.int32": "torch.int32"}
@@ -107,24 +97,48 @@ def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name
     args = [*tensors, "out", *(f"part_{s}" for s, _, _ in states)]
     bcast = [f"{lf.arg}_inner, {lf.arg}_size" for lf in plan.leaves if lf.space in (BFULL, BOUT)]
     scalar_args = [s.arg for s in plan.scalars] + (["eps"] if reducer.kind is OpKind.NORM else [])
-    common = f"{', '.join(args)}, n_red, n_inner, n_itiles, {{grid_split}}, n_split, red_per_split"
-    tail = "".join(f", {a}" for a in [*bcast, *scalar_args])
-    consts = "BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS"
-    phase1_split = "n_split" if plan.mode == "normalise" else "1"
-    lines += [
-        "    if n_split > 1:",
-        f"        {kernel_name}[(n_tiles * n_split,)](",
-        f"            {common.format(grid_split='n_split')}{tail},",
-        f"            {consts}, PHASE=0, USE_PARTIALS=True,",
-        "        )",
-        f"    grid_split = {phase1_split}",
-        f"    {kernel_name}[(n_tiles * grid_split,)](",
-        f"        {common.format(grid_split='grid_split')}{tail},",
-        f"        {consts}, PHASE=1, USE_PARTIALS=n_split > 1,",
-        "    )",
-        "    return out",
-    ]
+    lines += template.lines(
+        _LAUNCH,
+        indent=_BODY,
+        kernel=kernel_name,
+        tensors=", ".join(args),
+        tail="".join(f", {a}" for a in [*bcast, *scalar_args]),
+        phase1_split="n_split" if plan.mode == "normalise" else "1",
+    )
     return "\n".join(lines) + "\n"
+
+
+_BODY = "    "  # the templates below are the launcher's body
+
+# The launch geometry: tiles of [block_r, block_i], and the split of long reductions across programs.
+_SPLIT = """
+        block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)
+        block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))
+        n_itiles = triton.cdiv(n_inner, block_i)
+        n_tiles = n_outer * n_itiles
+        # few long reductions: split each across programs so the whole GPU works (partials merged after)
+        n_split = 1
+        if n_tiles < SPLIT_TARGET_PROGRAMS:
+            n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), \
+n_red // (block_r * MIN_TILES_PER_SPLIT)))
+        red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r
+        n_split = triton.cdiv(n_red, red_per_split)
+"""
+
+# Phase 0 (split only) folds each slice into the partial states; phase 1 merges them (or folds whole columns).
+_LAUNCH = """
+        if n_split > 1:
+            $kernel[(n_tiles * n_split,)](
+                $tensors, n_red, n_inner, n_itiles, n_split, n_split, red_per_split$tail,
+                BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=0, USE_PARTIALS=True,
+            )
+        grid_split = $phase1_split
+        $kernel[(n_tiles * grid_split,)](
+            $tensors, n_red, n_inner, n_itiles, grid_split, n_split, red_per_split$tail,
+            BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=1, USE_PARTIALS=n_split > 1,
+        )
+        return out
+"""
 
 
 def _is_affine(plan: ReducePlan, ref: str) -> bool:
