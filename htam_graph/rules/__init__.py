@@ -1,4 +1,5 @@
-"""The offline rule generator: executable local strategies that rewrite a task's `Model` into a Triton `ModelNew`.
+"""The offline rule generator: executable local strategies that rewrite a task's `Model` into a Triton
+`ModelNew`.
 
 Public API: `RulesGenerator` (the `Generator` port, name "rules"), `recipes_for(task, device, language)`,
 `applies(local_key, task)`. Importing this package does no work (torch is imported inside functions).

@@ -1,4 +1,5 @@
-"""Autotuning of rule kernels inside the loop: a small launch-configuration space per kernel, a measured cache.
+"""Autotuning of rule kernels inside the loop: a small launch-configuration space per kernel, a measured
+cache.
 
 How it works (nothing here measures anything, and no timing is ever invented):
 - the *space* of a base recipe's kernel is the union of the tuning recipes' ladders for it
@@ -105,7 +106,8 @@ def space_for(recipe_key: str) -> tuple[KernelConfig, ...]:
 
 
 class AutotuneCache:
-    """{key text: {config text: {"us": [medians], "error": str}}} in one JSON file; `directory=None`: in memory.
+    """{key text: {config text: {"us": [medians], "error": str}}} in one JSON file; `directory=None`: in
+    memory.
 
     Writes are read-modify-write under an advisory file lock and an atomic replace, so concurrent runs on one
     machine neither corrupt the file nor lose each other's entries.
@@ -143,7 +145,10 @@ class AutotuneCache:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def measurements(self, key: TuneKey, space: tuple[KernelConfig, ...]) -> dict[KernelConfig, Measurement]:
-        """The recorded configurations of `key` that belong to `space` (anything else in the file is ignored)."""
+        (
+            """The recorded configurations of `key` that belong to `space` (anything else in the file """
+            """is ignored)."""
+        )
         entry = self._load().get(key.text())
         out: dict[KernelConfig, Measurement] = {}
         if not isinstance(entry, dict):
@@ -227,7 +232,10 @@ class Autotuner:
         return TuneKey(request.task.key, request.shape, device, recipe_key)
 
     def start_config(self, request: GenerationRequest, recipe: Recipe) -> tuple[KernelConfig, str]:
-        """The fastest measured configuration of the recipe's space for this key (and a note), else its default."""
+        (
+            """The fastest measured configuration of the recipe's space for this key (and a note), """
+            """else its default."""
+        )
         space = space_for(recipe.key)
         key = self.key(request, recipe.key)
         best = self.cache.best(key, space) if space else None
@@ -235,7 +243,8 @@ class Autotuner:
             return recipe.default_config, ""
         config, runtime_us = best
         note = (
-            f"Launch configuration from the autotune cache: the fastest correct one measured for this task at "
+            "Launch configuration from the autotune cache: the fastest correct one measured for this "
+            "task at "
             f"the {key.shape} shapes on {key.device} ({runtime_us:.1f} us median, {show_config(config)})."
         )
         return config, note
@@ -247,7 +256,10 @@ class Autotuner:
         ladder: tuple[KernelConfig, ...],
         current: KernelConfig,
     ) -> KernelConfig | None:
-        """The first configuration of `ladder` neither measured nor proposed yet for this key (None: none left)."""
+        (
+            """The first configuration of `ladder` neither measured nor proposed yet for this key """
+            """(None: none left)."""
+        )
         key = self.key(request, base_key)
         measured = self.cache.measurements(key, space_for(base_key))
         proposed = self._proposed.setdefault(key, set())

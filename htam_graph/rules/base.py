@@ -1,7 +1,7 @@
 """Shared types of the offline rule generator: applicability, kernel configurations, the recipe protocol.
 
-A recipe is an executable local strategy: it checks whether it applies to a task's analysed forward and, if so,
-writes a standalone `ModelNew` source with real Triton kernels. Every generated file starts with one
+A recipe is an executable local strategy: it checks whether it applies to a task's analysed forward and, if
+so, writes a standalone `ModelNew` source with real Triton kernels. Every generated file starts with one
 machine-readable header line (`# htam-rules: {...}`) naming the recipe and the `KernelConfig` it was written
 with, so a tuning recipe can re-emit the current best kernel with another configuration.
 """
@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from htam_graph.errors import HtamError
 from htam_graph.model import PrecisionPolicy
 
 if TYPE_CHECKING:
+    from htam_graph.rules.analysis.skeleton import ModelSkeleton
     from htam_graph.rules.ops import OpGraph
-    from htam_graph.rules.skeleton import ModelSkeleton
+
+P = TypeVar("P")
 
 HEADER_PREFIX = "# htam-rules: "
 _HEADER_RE = re.compile(r"^# htam-rules: (\{.*\})\s*$", re.MULTILINE)
@@ -129,5 +132,41 @@ class Recipe(Protocol):
         ...
 
     def emit(self, view: TaskView, config: KernelConfig) -> str:
-        """The complete ModelNew source; only called after `check` said yes. Raises NotApplicable otherwise."""
+        (
+            """The complete ModelNew source; only called after `check` said yes. Raises NotApplicable """
+            """otherwise."""
+        )
         ...
+
+
+class PlannedRecipe(ABC, Generic[P]):
+    """A recipe in two stages: `plan` the rewrite of a task (or raise NotApplicable), then `render` the plan.
+
+    `check` is "the plan succeeds", with the reason when it does not; `emit` renders a fresh plan. `probe` is
+    work that `check` does beyond planning (writing a kernel once, say) so that an op the Triton rules cannot
+    express fails at check time, not at emit time.
+    """
+
+    key: str  # the LocalStrategy key it implements
+    default_config: KernelConfig
+
+    @abstractmethod
+    def plan(self, view: TaskView) -> P:
+        """What the rewrite of this task is; raises NotApplicable with the reason when there is none."""
+
+    def probe(self, view: TaskView, plan: P) -> None:
+        """Raise NotApplicable if the plan cannot be rendered (called by `check` only)."""
+
+    @abstractmethod
+    def render(self, view: TaskView, plan: P, config: KernelConfig) -> str:
+        """The complete ModelNew source of the plan, written with `config`."""
+
+    def check(self, view: TaskView) -> Applicability:
+        try:
+            self.probe(view, self.plan(view))
+        except NotApplicable as e:
+            return Applicability.no(str(e))
+        return Applicability.yes()
+
+    def emit(self, view: TaskView, config: KernelConfig) -> str:
+        return self.render(view, self.plan(view), config)

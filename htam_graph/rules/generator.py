@@ -21,10 +21,10 @@ from htam_graph.model import (
     Usage,
 )
 from htam_graph.rules.analysis import analyse_source
+from htam_graph.rules.analysis.skeleton import model_skeleton
 from htam_graph.rules.autotune import Autotuner, show_config
 from htam_graph.rules.base import Applicability, NotApplicable, Recipe, TaskView
 from htam_graph.rules.recipes import TuningRecipe, default_recipes
-from htam_graph.rules.skeleton import model_skeleton
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,10 @@ class RulesGenerator:
             what = "every configuration is measured or proposed: the fastest correct one measured"
         if config is None:
             raise NotApplicable(
-                f"{recipe.key}: all {len(ladder)} configurations of {base.key} for this task, shape and device "
-                "are measured or already proposed, and the fastest correct one measured is the current kernel "
+                f"{recipe.key}: all {len(ladder)} configurations of {base.key} for this task, "
+                "shape and device "
+                "are measured or already proposed, and the fastest correct one measured is the "
+                "current kernel "
                 "(or none was measured correct)"
             )
         note = f"Tuned by {recipe.key}: {show_config(current)} -> {show_config(config)} ({what})."
@@ -171,5 +173,8 @@ def recipes_for(
 def applies(
     local_key: str, task: Task, precision_policy: PrecisionPolicy = PrecisionPolicy.FP32_STRICT
 ) -> Applicability:
-    """Whether `local_key`'s recipe applies to `task` under a precision policy; falsy with `.reason` when not."""
+    (
+        """Whether `local_key`'s recipe applies to `task` under a precision policy; falsy with """
+        """`.reason` when not."""
+    )
     return default_generator().applies(local_key, task, precision_policy)

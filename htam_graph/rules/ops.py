@@ -27,7 +27,10 @@ class Const:
 
 @dataclass(frozen=True)
 class AttrScalar:
-    """A number read from a module attribute (`path` is relative to the model: `divisor`, `act.negative_slope`)."""
+    (
+        """A number read from a module attribute (`path` is relative to the model: `divisor`, """
+        """`act.negative_slope`)."""
+    )
 
     path: str
     value: float | int
@@ -112,8 +115,8 @@ class OpGraph:
     nodes: tuple[OpNode, ...]
     output: Ref
     scalar_attrs: tuple[tuple[str, float | int], ...] = field(default=())  # root numeric attributes
-    # True when shape introspection in the forward (`len(w.shape)`, `x.size(0)`) was answered with the analysed
-    # sizes, so constants derived from them hold for those sizes only (rules/analysis_trace.py)
+    # True when shape introspection in the forward (`len(w.shape)`, `x.size(0)`) was answered with the
+    # analysed sizes, so constants derived from them hold for those sizes only (rules/analysis/trace.py)
     shape_specialised: bool = False
 
     def tensor(self, name: str) -> TensorInfo | None:
@@ -178,7 +181,8 @@ class Signature:
 
 _EW = OpKind.ELEMENTWISE
 _UNARY = (
-    "neg abs exp log sqrt rsqrt sigmoid tanh relu relu6 hardswish hardsigmoid mish selu softsign silu erf square"
+    "neg abs exp log sqrt rsqrt sigmoid tanh relu relu6 hardswish hardsigmoid mish selu softsign silu "
+    "erf square"
 ).split()
 _BINARY = "mul maximum minimum max min gt lt ge le eq ne".split()
 _REDUCE_PARAMS = (("dim", None), ("keepdim", False))
@@ -337,7 +341,8 @@ SIGNATURES: dict[str, Signature] = _signatures()
 # Keyword arguments that never change the value computed (in-place variants compute the same result).
 IGNORED_KWARGS = frozenset({"inplace", "_stacklevel"})
 
-# nn.Module classes (by exact class name in torch.nn) -> (canonical op, attribute params read from the module).
+# nn.Module classes (by exact class name in torch.nn) -> (canonical op, attribute params read from the
+# module).
 MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ReLU": ("relu", ()),
     "ReLU6": ("relu6", ()),

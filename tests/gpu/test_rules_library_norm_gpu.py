@@ -9,7 +9,7 @@ allclose(1e-4, 1e-4), exact for argmin indices. Then `RULES_GPU task recipe eage
 
     pytest -m gpu tests/gpu/test_rules_library_norm_gpu.py -s -k "short_row or 34_ or 62_ or 88_ or 94_"
 
-times the short-row norm kernel (recipes/reduce_rows.py) on its own: `RULES_GPU_TAIL` lines give the fused
+times the short-row norm kernel (recipes/reduce/rows.py) on its own: `RULES_GPU_TAIL` lines give the fused
 kernel's milliseconds on the library op's output against the eager ops after the library op.
 """
 

@@ -25,7 +25,7 @@ from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import KernelConfig, RulesGenerator
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
-from htam_graph.rules.recipes.conv_transpose_codegen import PHASE_SLOTS
+from htam_graph.rules.recipes.conv_transpose.codegen import PHASE_SLOTS
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]

@@ -1,4 +1,4 @@
-"""The short-row norm kernel (recipes/reduce_rows.py) under TRITON_INTERPRET=1, against torch's own norms.
+"""The short-row norm kernel (recipes/reduce/rows.py) under TRITON_INTERPRET=1, against torch's own norms.
 
 Small synthetic tasks whose rows are short and whose row count is NOT a multiple of the kernel's BLOCK_ROWS (the
 last program's tile is partly masked), random affine parameters (the defaults, ones and zeros, would hide a
@@ -22,7 +22,7 @@ from htam_graph.model import Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
-from htam_graph.rules.recipes.reduce_rows import uses_rows_kernel
+from htam_graph.rules.recipes.reduce.rows import uses_rows_kernel
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
@@ -221,13 +221,13 @@ def test_group_norm_with_spatial_dims_rows_with_a_partial_last_tile(tmp_path: Pa
 
 
 def test_long_rows_keep_the_tiled_kernel(tmp_path: Path) -> None:
-    # BLOCK=16 < 24: a row does not fit one tile, so the looping kernel of reduce_kernel.py runs instead
+    # BLOCK=16 < 24: a row does not fit one tile, so the looping kernel of recipes/reduce/kernel.py runs instead
     launches = _run(LAYER_NORM, "layer", 16, tmp_path)["launches"]
     assert [launch["kernel"].endswith("_rows_kernel") for launch in launches] == [False], launches
 
 
 def test_only_norm_modules_get_the_rows_kernel() -> None:
-    from htam_graph.rules.recipes.reduce_plan import plan_reduction
+    from htam_graph.rules.recipes.reduce.plan import plan_reduction
 
     norm = plan_reduction(task_view(_task(LAYER_NORM)).graph)
     assert uses_rows_kernel(norm)

@@ -1,6 +1,6 @@
 """The 2D-grid pooling kernel (rows x W blocks) on its edge cases, under TRITON_INTERPRET=1 vs PyTorch.
 
-The kernel (htam_graph/rules/recipes/pool_codegen.py) splits each output row into (plane, od, oh) once per
+The kernel (htam_graph/rules/recipes/pooling/codegen.py) splits each output row into (plane, od, oh) once per
 program and walks BLOCK_W consecutive outputs along W; several rows share a program when a row is shorter
 than BLOCK. These tests pin what that layout must still get right: rows shorter and longer than BLOCK (masked
 W tails, several W blocks, several rows per program), ceil_mode's last partial window, padding at both ends of

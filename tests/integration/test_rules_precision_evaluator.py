@@ -24,7 +24,7 @@ from htam_graph.model import (
     Task,
 )
 from htam_graph.rules import RulesGenerator
-from htam_graph.rules.recipes.precision_tf32 import TF32_CONVOLUTION, TF32_MATMUL
+from htam_graph.rules.recipes.elementwise.tf32 import TF32_CONVOLUTION, TF32_MATMUL
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 

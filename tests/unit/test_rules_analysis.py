@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from htam_graph.rules.analysis import analyse_source
+from htam_graph.rules.analysis.skeleton import model_skeleton
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, Ref
-from htam_graph.rules.skeleton import model_skeleton
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 

@@ -1,15 +1,15 @@
 """What functional task forms write around the arithmetic: dtype casts that change nothing are read through
-(htam_graph/rules/analysis_casts.py), one that changes the dtype is not applicable, and a local `import` in
-`Model.__init__` is a name the copied `__init__` binds itself (rules/skeleton.py)."""
+(htam_graph/rules/analysis/casts.py), one that changes the dtype is not applicable, and a local `import` in
+`Model.__init__` is a name the copied `__init__` binds itself (rules/analysis/skeleton.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from htam_graph.rules.analysis import analyse_source
+from htam_graph.rules.analysis.skeleton import model_skeleton
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import Ref
-from htam_graph.rules.skeleton import model_skeleton
 
 TEMPLATE = """
 import torch

@@ -1,4 +1,4 @@
-"""Constants in a task's forward (htam_graph/rules/analysis_constants.py): `torch.tensor(c)` becomes a number (an
+"""Constants in a task's forward (htam_graph/rules/analysis/constants.py): `torch.tensor(c)` becomes a number (an
 attribute read at run time when it came from one), buffers and plain tensor attributes stay tensors ModelNew's
 copied `__init__` defines, and a constant the generated code could not define makes the task not applicable."""
 

@@ -8,10 +8,10 @@ import pytest
 
 from htam_graph.importers.robust_kbench import scan
 from htam_graph.rules.analysis import analyse_source
+from htam_graph.rules.analysis.skeleton import model_skeleton
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.generator import RulesGenerator
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, Ref
-from htam_graph.rules.skeleton import model_skeleton
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "robust_kbench"
 

@@ -1,5 +1,5 @@
-"""Flatten -> softmax -> unflatten folded into one softmax over the flattened dims (rules/analysis_views.py), and
-the pooling modules before a library op that the reduction plan keeps as PyTorch calls (reduce_plan.py)."""
+"""Flatten -> softmax -> unflatten folded into one softmax over the flattened dims (rules/analysis/views.py), and
+the pooling modules before a library op that the reduction plan keeps as PyTorch calls (recipes/reduce/plan.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, Ref
 from htam_graph.rules.recipes import default_recipes
-from htam_graph.rules.recipes.reduce_plan import plan_reduction
+from htam_graph.rules.recipes.reduce.plan import plan_reduction
 
 LSE = "reduction_structure.online_logsumexp"
 

@@ -1,4 +1,4 @@
-"""fusion.library_epilogue moves a conv module's bias into the fused epilogue (rules/recipes/library_epilogue.py).
+"""fusion.library_epilogue moves a conv module's bias into the fused epilogue (rules/recipes/elementwise/library_epilogue.py).
 
 cuDNN adds a conv bias in its own pass over the output; the epilogue reads every output element anyway, so the
 generated forward calls the conv without its bias and the kernel adds it first, exactly once. Convs without a
@@ -16,7 +16,7 @@ import pytest
 from htam_graph.model import Task
 from htam_graph.rules import KernelConfig
 from htam_graph.rules.generator import task_view
-from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
+from htam_graph.rules.recipes.elementwise.library_epilogue import LibraryEpilogue
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 

@@ -14,7 +14,7 @@ from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.ops import AttrScalar, Const, OpKind
 from htam_graph.rules.recipes import default_recipes
-from htam_graph.rules.recipes.conv_reduce_plan import plan_conv_reduce
+from htam_graph.rules.recipes.conv_reduce.plan import plan_conv_reduce
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "fusion.conv_reduction_epilogue"

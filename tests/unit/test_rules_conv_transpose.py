@@ -11,10 +11,10 @@ from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
 from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import applies
 from htam_graph.rules.base import NotApplicable
-from htam_graph.rules.fused_elementwise import Leaf, Region
+from htam_graph.rules.codegen.fused_elementwise import Leaf, Region
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import base_recipes, default_recipes
-from htam_graph.rules.recipes.conv_transpose_codegen import phase_kernel_source
+from htam_graph.rules.recipes.conv_transpose.codegen import phase_kernel_source
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "algebraic_rewrite.conv_transpose_as_conv"

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from htam_graph.rules.recipes.conv_transpose_phases import PHASES_FUNCTION, PHASES_SOURCE
+from htam_graph.rules.recipes.conv_transpose.phases import PHASES_FUNCTION, PHASES_SOURCE
 
 _TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 

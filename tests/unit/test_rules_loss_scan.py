@@ -13,8 +13,8 @@ from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.generator import task_view
 from htam_graph.rules.ops import AttrScalar, Const, OpKind
 from htam_graph.rules.recipes import default_recipes
-from htam_graph.rules.recipes.loss_plan import COL, FULL, ROW, plan_loss
-from htam_graph.rules.recipes.scan import plan_scan
+from htam_graph.rules.recipes.losses.plan import COL, FULL, ROW, plan_loss
+from htam_graph.rules.recipes.scans.block_scan import plan_scan
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 LOSS = "fusion.pointwise_into_reduction"

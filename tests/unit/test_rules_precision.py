@@ -19,7 +19,7 @@ from htam_graph.model import (
     Task,
 )
 from htam_graph.rules import RulesGenerator, applies, parse_header, recipes_for
-from htam_graph.rules.recipes.precision_tf32 import TF32_CONVOLUTION, TF32_MATMUL
+from htam_graph.rules.recipes.elementwise.tf32 import TF32_CONVOLUTION, TF32_MATMUL
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 TF32 = PrecisionPolicy.TF32

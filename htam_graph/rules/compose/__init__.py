@@ -1,5 +1,5 @@
-"""Kernels composed from the forward's operations (fusion.composed_kernels): any chain of elementwise ops with at
-most one reduction or normalisation per kernel, around library ops kept in PyTorch. See recipe.py."""
+"""Kernels composed from the forward's operations (fusion.composed_kernels): any chain of elementwise ops with
+at most one reduction or normalisation per kernel, around library ops kept in PyTorch. See recipe.py."""
 
 from htam_graph.rules.compose.recipe import KEY, ComposedKernels, plan_composed
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.codegen.fused_elementwise import identifier
 from htam_graph.rules.compose.reducers import REDUCING_KINDS, Reduction, describe_reduction
-from htam_graph.rules.fused_elementwise import identifier
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value
 
 __all__ = ["DTYPE_EPS", "Group", "Leaf", "Scalar", "Space", "build_group", "values_of"]

@@ -1,23 +1,23 @@
 """The two kernel templates of a composed group, filled with the sections of sections.py.
 
 - Elementwise group (no reduction): a 1-D grid over the flat output, BLOCK elements per program.
-- Group with a reduction: the input is viewed as rows (kept index `keep`) of `n_red` reduced elements. When the
-  reduced dims are one adjacent block the input is [outer, n_red, inner] and row `keep` = (outer, inner) starts
-  at (keep // inner) * n_red * inner + keep % inner, its elements `inner` apart; when the kept dims are the
-  adjacent block (batch norm: N and H*W reduced per channel), row `keep` starts at keep * inner and element r
-  lies at (r // inner) * n_keep * inner + r % inner. Each program owns BLOCK_K rows and walks their reduced
-  elements in BLOCK_R tiles: one loop accumulates the statistic; a row-valued result (sum, logsumexp, norm) is
-  stored per row, a per-element one (norms, softmax, x - mean) is written by a second loop that recomputes the
-  ops before the reduction from the inputs instead of storing them.
+- Group with a reduction: the input is viewed as rows (kept index `keep`) of `n_red` reduced elements. When
+  the reduced dims are one adjacent block the input is [outer, n_red, inner] and row `keep` = (outer, inner)
+  starts at (keep // inner) * n_red * inner + keep % inner, its elements `inner` apart; when the kept dims are
+  the adjacent block (batch norm: N and H*W reduced per channel), row `keep` starts at keep * inner and
+  element r lies at (r // inner) * n_keep * inner + r % inner. Each program owns BLOCK_K rows and walks their
+  reduced elements in BLOCK_R tiles: one loop accumulates the statistic; a row-valued result (sum, logsumexp,
+  norm) is stored per row, a per-element one (norms, softmax, x - mean) is written by a second loop that
+  recomputes the ops before the reduction from the inputs instead of storing them.
 """
 
 from __future__ import annotations
 
+from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
 from htam_graph.rules.compose.stats import accumulate_lines, finalize_lines, init_lines
-from htam_graph.rules.fused_elementwise import operand_renderer
 from htam_graph.rules.ops import Const
 
 __all__ = ["kernel_source"]

@@ -12,7 +12,8 @@ from htam_graph.rules.compose.reducers import Reduction
 
 __all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
 
-ROW_HELPERS_SOURCE = '''def row_layout(shape: torch.Size, dims: tuple[int, ...], middle: bool, groups: int) -> tuple[int, int, int]:
+ROW_HELPERS_SOURCE = '''\
+def row_layout(shape: torch.Size, dims: tuple[int, ...], middle: bool, groups: int) -> tuple[int, int, int]:
     """(n_keep, n_red, inner) of a reduction of `shape` over `dims` (see the kernel's docstring).
 
     middle: the reduced dims are adjacent (rows are (outer, inner) pairs), else the kept dims are.
@@ -24,7 +25,8 @@ ROW_HELPERS_SOURCE = '''def row_layout(shape: torch.Size, dims: tuple[int, ...],
         n_keep = shape[0] * groups
         return n_keep, math.prod(shape) // n_keep, 1
     first, last = (dims[0], dims[-1]) if middle else _kept_block(len(shape), dims)
-    outer, block, inner = math.prod(shape[:first]), math.prod(shape[first : last + 1]), math.prod(shape[last + 1 :])
+    outer, block, inner = math.prod(shape[:first]), math.prod(shape[first : last + 1]), \
+math.prod(shape[last + 1 :])
     if middle:
         return outer * inner, block, inner
     return block, outer * inner, inner
@@ -119,7 +121,8 @@ def _row_layout_lines(group: Group, red: Reduction) -> list[str]:
     return [
         f"    if len(full_shape) != {rank}:",
         f'        raise ValueError(f"expected a rank-{rank} input, got shape {{tuple(full_shape)}}")',
-        f"    n_keep, n_red, inner = row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {red.groups})",
+        "    n_keep, n_red, inner = "
+        f"row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {red.groups})",
         f"    row_shape = reduced_shape(full_shape, {red.dims!r}, {red.keepdim and not red.per_element})",
     ]
 
@@ -132,6 +135,7 @@ def _leaf_lines(leaf: Leaf) -> list[str]:
     else:
         lines += [
             f"    if {leaf.arg}.shape != {space}:",
-            f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, expected {{tuple({space})}}")',
+            f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+            f'expected {{tuple({space})}}")',
         ]
     return lines

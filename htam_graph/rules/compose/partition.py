@@ -1,4 +1,5 @@
-"""Cut the op graph into stages: library / pooling / view calls kept in PyTorch, and fused groups between them.
+"""Cut the op graph into stages: library / pooling / view calls kept in PyTorch, and fused groups between
+them.
 
 Walking the forward in order, consecutive elementwise and reducing ops collect into one group; a library op
 (conv, conv-transpose, linear, matmul), a pooling op, a view (unsqueeze, squeeze, .T) or a dropout module ends
@@ -72,7 +73,10 @@ def partition(graph: OpGraph) -> list[Stage]:
 
 
 def _single_exits(graph: OpGraph, stages: list[Stage]) -> list[Stage]:
-    """Cut every group after each op whose value is read outside the group (or returned) but is not its last."""
+    (
+        """Cut every group after each op whose value is read outside the group (or returned) but is not """
+        """its last."""
+    )
     out: list[Stage] = []
     for stage in stages:
         if isinstance(stage, TorchStage):

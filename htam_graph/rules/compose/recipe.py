@@ -4,16 +4,18 @@ The forward is cut into stages (partition.py): library ops (conv, conv-transpose
 views stay PyTorch calls (cuDNN / cuBLAS), and every run of elementwise ops with at most one reduction or
 normalisation between them becomes ONE Triton kernel (group.py, kernels.py), whatever the ops are: an
 elementwise prologue before a GEMM, a GEMM's epilogue with a norm and more elementwise ops after it, a conv
-followed by a reduction. A conv's or an nn.Linear's bias (the forward's first op) moves into the kernel after it.
-No special recipe is needed for a new combination of supported ops.
+followed by a reduction. A conv's or an nn.Linear's bias (the forward's first op) moves into the kernel after
+it. No special recipe is needed for a new combination of supported ops.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from htam_graph.rules.base import Applicability, KernelConfig, NotApplicable, TaskView
-from htam_graph.rules.codegen import SourceParts, render_file
+from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
+from htam_graph.rules.codegen.fused_elementwise import BROADCAST_LAYOUT_SOURCE
+from htam_graph.rules.codegen.model_file import SourceParts, render_file
+from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.compose.group import Group, build_group
 from htam_graph.rules.compose.kernels import kernel_source
 from htam_graph.rules.compose.launchers import ROW_HELPERS_SOURCE, constants, launcher_source
@@ -21,10 +23,8 @@ from htam_graph.rules.compose.partition import FusedStage, Stage, TorchStage, dr
 from htam_graph.rules.compose.reducers import REDUCING_KINDS
 from htam_graph.rules.compose.stats import PROD_COMBINE
 from htam_graph.rules.compose.torch_calls import torch_call
-from htam_graph.rules.fused_elementwise import BROADCAST_LAYOUT_SOURCE
 from htam_graph.rules.ops import OpGraph, OpKind
-from htam_graph.rules.recipes.library_epilogue import fold_conv_bias, fold_linear_bias
-from htam_graph.rules.triton_math import helper_sources
+from htam_graph.rules.recipes.elementwise.library_epilogue import fold_conv_bias, fold_linear_bias
 
 __all__ = ["ComposedKernels", "KEY", "ComposedPlan", "plan_composed"]
 
@@ -33,7 +33,10 @@ KEY = "fusion.composed_kernels"
 
 @dataclass(frozen=True)
 class ComposedPlan:
-    """The stages of the forward, the group of every fused stage (by stage index) and each stage's variable."""
+    (
+        """The stages of the forward, the group of every fused stage (by stage index) and each stage's """
+        """variable."""
+    )
 
     graph: OpGraph
     stages: tuple[Stage, ...]
@@ -77,24 +80,21 @@ def plan_composed(view: TaskView) -> ComposedPlan:
     return ComposedPlan(graph, stages, groups, tuple(variables))
 
 
-class ComposedKernels:
+class ComposedKernels(PlannedRecipe[ComposedPlan]):
     """Recipe for `fusion.composed_kernels`."""
 
     key = KEY
     default_config = KernelConfig(block=4096, num_warps=4)
 
-    def check(self, view: TaskView) -> Applicability:
-        try:
-            plan = plan_composed(view)
-            for i, group in plan.groups.items():
-                kernel_source(group, f"composed_{i}_kernel")  # inexpressible ops fail here, not at emit
-            _forward_lines(plan)
-        except NotApplicable as e:
-            return Applicability.no(str(e))
-        return Applicability.yes()
+    def plan(self, view: TaskView) -> ComposedPlan:
+        return plan_composed(view)
 
-    def emit(self, view: TaskView, config: KernelConfig) -> str:
-        plan = plan_composed(view)
+    def probe(self, view: TaskView, plan: ComposedPlan) -> None:
+        for i, group in plan.groups.items():
+            kernel_source(group, f"composed_{i}_kernel")  # inexpressible ops fail here, not at emit
+        _forward_lines(plan)
+
+    def render(self, view: TaskView, plan: ComposedPlan, config: KernelConfig) -> str:
         kernels: list[str] = []
         launchers: list[str] = []
         consts: list[str] = []
@@ -158,14 +158,15 @@ def _batch_norm_guard(group: Group) -> list[str]:
     module = f"self.{red.node.module_path}"
     return [
         f"if not {module}.training and {module}.running_mean is not None:",
-        '    raise RuntimeError("this composed batch norm kernel uses batch statistics (training mode) only")',
+        '    raise RuntimeError("this composed batch norm kernel uses batch statistics (training '
+        'mode) only")',
     ]
 
 
 def _fold_first_bias(graph: OpGraph) -> OpGraph:
-    """A conv / nn.Linear module's bias moved into the kernel after it (library_epilogue.fold_conv_bias): cuDNN
-    adds a conv bias in a separate pass over the output, which the kernel reads anyway. Only when the forward
-    starts with that op and every reader of its output is fused."""
+    """A conv / nn.Linear module's bias moved into the kernel after it (library_epilogue.fold_conv_bias):
+    cuDNN adds a conv bias in a separate pass over the output, which the kernel reads anyway. Only when the
+    forward starts with that op and every reader of its output is fused."""
     if not graph.nodes or graph.nodes[0].kind is not OpKind.LIBRARY:
         return graph
     first = graph.nodes[0]

@@ -6,12 +6,12 @@ Every supported reduction or normalisation belongs to one accumulation family:
 - `max` / `min`: running maximum / minimum (amax, amin, the infinity norm);
 - `prod`: running product;
 - `lse`: online maximum and rescaled sum of exponentials (logsumexp, softmax, log_softmax);
-- `moments`: sums of deviations from a per-row shift, and of their squares (var, std, layer / group / instance /
-  batch norm). The shift is the row's first value, so the sums are of values near the mean and the variance
+- `moments`: sums of deviations from a per-row shift, and of their squares (var, std, layer / group / instance
+  / batch norm). The shift is the row's first value, so the sums are of values near the mean and the variance
   `(S2 - S1^2 / n) / n` does not cancel for inputs with a large mean.
 
-The row kernel (kernel_row.py) walks the reduced index in tiles of [BLOCK_R, BLOCK_K] (reduced x kept) and keeps
-tile-shaped accumulators; `finalize_lines` reduces them over axis 0 to one value per kept row.
+The row kernel (kernel_row.py) walks the reduced index in tiles of [BLOCK_R, BLOCK_K] (reduced x kept) and
+keeps tile-shaped accumulators; `finalize_lines` reduces them over axis 0 to one value per kept row.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The kernel lines that evaluate a group's ops in one index space: loads of its leaves, then one line per op.
 
 A FULL section works on a tile of flat offsets `offs` (masked by `mask`); a REDUCED section on the vector of
-kept rows `keep` (masked by `keep_mask`). Each section writes its variables with its own suffix, so the same op
-evaluated in several places of one kernel (the shift, the statistics loop, the output loop) never rebinds a
+kept rows `keep` (masked by `keep_mask`). Each section writes its variables with its own suffix, so the same
+op evaluated in several places of one kernel (the shift, the statistics loop, the output loop) never rebinds a
 name with another shape: Triton's loops require that of every variable carried through them.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.codegen.fused_elementwise import operand_renderer
+from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.compose.group import Group, Leaf, Space, values_of
 from htam_graph.rules.compose.stats import element_value, row_value
-from htam_graph.rules.fused_elementwise import operand_renderer
 from htam_graph.rules.ops import OpNode, Ref
-from htam_graph.rules.triton_math import emit_op
 
 __all__ = ["SectionWriter"]
 

@@ -9,8 +9,8 @@ deviations), all in fp32. `n` is the row length as a float.
 from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.codegen.triton_math import render_literal
 from htam_graph.rules.compose.reducers import Reduction, correction_of
-from htam_graph.rules.triton_math import render_literal
 
 __all__ = ["PROD_COMBINE", "accumulate_lines", "element_value", "finalize_lines", "init_lines", "row_value"]
 

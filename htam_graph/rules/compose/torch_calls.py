@@ -1,15 +1,15 @@
 """The PyTorch expression of a stage kept as a call: library ops, pooling, views and dropout modules.
 
 Library and pooling calls are written as the reference wrote them (library_epilogue._library_call: a module
-call `self.conv(v)`, or the functional call with the same arguments); a conv / Linear whose bias moved into the
-next kernel is called without it. Views are the torch functions of the same name.
+call `self.conv(v)`, or the functional call with the same arguments); a conv / Linear whose bias moved into
+the next kernel is called without it. Views are the torch functions of the same name.
 """
 
 from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import Const, OpGraph, OpKind, OpNode, Ref, Value
-from htam_graph.rules.recipes.library_epilogue import _library_call
+from htam_graph.rules.recipes.elementwise.library_epilogue import _library_call
 
 __all__ = ["torch_call"]
 

@@ -1,27 +1,33 @@
-"""The recipe library: one module per executable local strategy, registered here by key."""
+"""The recipe library, registered here by key: one subpackage per family of executable local strategies.
+
+Each family holds its recipe (`recipe.py`, or one module per recipe) with the plan and the emitters it needs:
+elementwise/, rewrites/, reduce/, norms/, scans/, losses/, gemm_row/, pooling/, conv_reduce/, conv_transpose/,
+depthwise/, channels_last/ (and rules/compose/, the composed fallback). tuning.py re-emits a base recipe's
+kernel with another launch configuration.
+"""
 
 from __future__ import annotations
 
 from htam_graph.rules.base import Recipe
 from htam_graph.rules.compose import ComposedKernels
-from htam_graph.rules.recipes.channels_last_conv import ChannelsLastConv
-from htam_graph.rules.recipes.conv_reduce import ConvReduction
-from htam_graph.rules.recipes.conv_transpose_rewrite import ConvTransposeAsConv
-from htam_graph.rules.recipes.depthwise_conv import DepthwiseConvDirect
-from htam_graph.rules.recipes.elementwise_chain import ElementwiseChain
-from htam_graph.rules.recipes.gemm_row_epilogue import GemmRowEpilogue
-from htam_graph.rules.recipes.library_epilogue import LibraryEpilogue
-from htam_graph.rules.recipes.loss_reduction import PointwiseIntoReduction
-from htam_graph.rules.recipes.norm_fused import SinglePassNorm
-from htam_graph.rules.recipes.pool_window import PoolWindow
-from htam_graph.rules.recipes.precision_tf32 import tf32_recipes
-from htam_graph.rules.recipes.reduce_dim import DimReduction
-from htam_graph.rules.recipes.rewrite_diag_matmul import DiagMatmulAsBroadcast
-from htam_graph.rules.recipes.rewrite_noops import DropNoops
-from htam_graph.rules.recipes.rewrite_reduce_linear import ReduceBeforeLinear
-from htam_graph.rules.recipes.row_softmax import RowSoftmax
-from htam_graph.rules.recipes.scan import BlockScan
-from htam_graph.rules.recipes.softmax_dim import OnlineLogsumexp
+from htam_graph.rules.recipes.channels_last.recipe import ChannelsLastConv
+from htam_graph.rules.recipes.conv_reduce.recipe import ConvReduction
+from htam_graph.rules.recipes.conv_transpose.recipe import ConvTransposeAsConv
+from htam_graph.rules.recipes.depthwise.recipe import DepthwiseConvDirect
+from htam_graph.rules.recipes.elementwise.chain import ElementwiseChain
+from htam_graph.rules.recipes.elementwise.library_epilogue import LibraryEpilogue
+from htam_graph.rules.recipes.elementwise.tf32 import tf32_recipes
+from htam_graph.rules.recipes.gemm_row.recipe import GemmRowEpilogue
+from htam_graph.rules.recipes.losses.recipe import PointwiseIntoReduction
+from htam_graph.rules.recipes.norms.row_softmax import RowSoftmax
+from htam_graph.rules.recipes.norms.single_pass import SinglePassNorm
+from htam_graph.rules.recipes.pooling.recipe import PoolWindow
+from htam_graph.rules.recipes.reduce.dim import DimReduction
+from htam_graph.rules.recipes.reduce.logsumexp import OnlineLogsumexp
+from htam_graph.rules.recipes.rewrites.diag_matmul import DiagMatmulAsBroadcast
+from htam_graph.rules.recipes.rewrites.noops import DropNoops
+from htam_graph.rules.recipes.rewrites.reduce_linear import ReduceBeforeLinear
+from htam_graph.rules.recipes.scans.block_scan import BlockScan
 from htam_graph.rules.recipes.tuning import TuningRecipe, tuning_recipes
 
 __all__ = ["base_recipes", "default_recipes", "TuningRecipe"]

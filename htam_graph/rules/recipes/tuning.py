@@ -4,8 +4,8 @@
 `memory_access.vectorized_loads` adds contiguity hints and picks configurations with 4-16 contiguous fp32
 elements per thread (128-bit accesses or more). The base kernel is read from the `# htam-rules:` header of the
 request's base source; when the base was not written by a recipe, the first base recipe that applies is used.
-Which configuration of the ladder comes next is the autotuner's choice (`htam_graph.rules.autotune`): the first
-one not yet measured for (task, shape, GPU); the ladders are ordered by how likely each is to win.
+Which configuration of the ladder comes next is the autotuner's choice (`htam_graph.rules.autotune`): the
+first one not yet measured for (task, shape, GPU); the ladders are ordered by how likely each is to win.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ ROW_LADDER = tuple(
         (4096, 16, 32768),
     )
 )
-# Pooling (recipes/pool_codegen.py): BLOCK = outputs per program, consecutive along W (several rows per
+# Pooling (recipes/pooling/codegen.py): BLOCK = outputs per program, consecutive along W (several rows per
 # program only when a row is shorter than BLOCK).
 POOL_LADDER = tuple(
     KernelConfig(block=b, num_warps=w)
     for b, w in ((1024, 4), (512, 4), (2048, 8), (1024, 8), (256, 4), (2048, 4))
 )
 # Tiled reductions / norms: BLOCK = elements per [BLOCK_R, BLOCK_I] tile, max_single_block // 16 = the program
-# count below which long reductions are split across programs (see recipes/reduce_kernel.py).
+# count below which long reductions are split across programs (see recipes/reduce/kernel.py).
 _REDUCE_BASES = (
     "reduction_structure.single_pass_norm",
     "reduction_structure.dim_reduction",
@@ -62,16 +62,16 @@ REDUCE_LADDER = tuple(
         (1024, 8, 4096),
     )
 )
-# Channel-tile kernels (recipes/conv_reduce_codegen.py): BLOCK = C_PAD * BLOCK_S, max_single_block // 16 = the
+# Channel-tile kernels (recipes/conv_reduce/codegen.py): BLOCK = C_PAD * BLOCK_S, max_single_block // 16 = the
 # program count below which narrower tiles / fewer tiles per program are used.
 _CONV_REDUCE_BASES = ("fusion.conv_reduction_epilogue",)
-# Direct depthwise conv (recipes/depthwise_codegen.py): BLOCK = output elements per [BLOCK_H, BLOCK_W] tile.
+# Direct depthwise conv (recipes/depthwise/codegen.py): BLOCK = output elements per [BLOCK_H, BLOCK_W] tile.
 _DEPTHWISE_BASES = ("data_reuse.depthwise_conv_direct",)
 DEPTHWISE_LADDER = tuple(
     KernelConfig(block=b, num_warps=w)
     for b, w in ((1024, 4), (2048, 8), (512, 4), (2048, 4), (4096, 8), (1024, 8))
 )
-# Whole-tensor losses and sums (recipes/loss_reduction.py): BLOCK = elements per tile, max_single_block // 8 =
+# Whole-tensor losses and sums (recipes/losses/recipe.py): BLOCK = elements per tile, max_single_block // 8 =
 # the stage-1 program count (default 2048): more or fewer programs walking the grid-stride loop.
 _LOSS_BASES = ("fusion.pointwise_into_reduction",)
 LOSS_LADDER = tuple(

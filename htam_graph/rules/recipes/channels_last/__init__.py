@@ -1,0 +1,1 @@
+"""The convolutions in channels-last with one Triton kernel back to NCHW."""

@@ -1,0 +1,178 @@
+"""The layout-restoring epilogue of `library_offload.channels_last_conv`: kernel and launcher text.
+
+The conv output `y` is channels-last (N, C, *spatial with channels innermost); the task's output is contiguous
+NCHW / NCDHW. One program owns a [BLOCK_S, BLOCK_C] tile of one image: it loads the tile from `y` along the
+channels (contiguous there), applies the elementwise epilogue in fp32 and stores the tile along the spatial
+positions (contiguous in the output), so the layout change costs no pass of its own: Triton stages the tile
+through shared memory between the two coalesced accesses. The same index arithmetic serves 2D and 3D convs
+(the spatial dims are flattened into S). Per-channel operands are read at the channel index; other broadcast
+operands at the flat NCHW index through the launcher-computed `(inner, size)` of
+`fused_elementwise.BROADCAST_LAYOUT_SOURCE`; other full-shape operands are read contiguous.
+"""
+
+from __future__ import annotations
+
+from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, operand_renderer, region_body
+
+__all__ = ["layout_kernel_source", "layout_launcher_source", "layout_constants"]
+
+BLOCK_C_MAX = 32  # channels per tile: 128 bytes of fp32, one full cache line per spatial position
+
+
+def layout_constants(kernel_name: str, config: KernelConfig) -> list[str]:
+    """Module-level tile constants the launcher reads (what a tuning recipe would change)."""
+    stem = kernel_name.upper().removesuffix("_KERNEL")
+    return [
+        f"BLOCK_{stem} = {config.block}  # output elements per [BLOCK_S, BLOCK_C] tile",
+        f"BLOCK_C_MAX_{stem} = {BLOCK_C_MAX}  # channels per tile at most (contiguous in the conv output)",
+        f"NUM_WARPS_{stem} = {config.num_warps}",
+    ]
+
+
+def layout_kernel_source(
+    region: Region, conv_ref: str, kernel_name: str, per_channel: frozenset[str] = frozenset()
+) -> tuple[str, frozenset[str]]:
+    """The @triton.jit kernel text and the helper names it calls. Raises NotApplicable on unsupported ops.
+
+    `per_channel`: broadcast leaves (by graph name) that vary along the channel dim only (a `(C, 1, 1)` bias);
+    they are loaded once per tile column at index `c` instead of through the flat-index arithmetic.
+    """
+    vars_: dict[str, str] = {leaf.ref: leaf.arg for leaf in region.leaves}
+    scalar_args = {s.path: s.arg for s in region.scalars}
+
+    render = operand_renderer(vars_, scalar_args)
+
+    params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "C", "S", "n_tiles_s", "n_tiles_c"]
+    params += [_layout_params(leaf) for leaf in region.leaves if _flat_broadcast(leaf, per_channel)]
+    params += [s.arg for s in region.scalars]
+    params += ["Y_CHANNELS_LAST: tl.constexpr", "BLOCK_S: tl.constexpr", "BLOCK_C: tl.constexpr"]
+    params += ["INDEX_64: tl.constexpr"]
+    what = f"applies {region.describe()}" if region.nodes else "copies it"
+    lines = [
+        "@triton.jit",
+        f"def {kernel_name}(",
+        *(f"    {p}," for p in params),
+        "):",
+        f'    """Reads the conv output channels-last, {what} in fp32, writes contiguous NCHW.',
+        "",
+        "    One program: a [BLOCK_S, BLOCK_C] tile (spatial positions x channels) of one image.",
+        '    """',
+        "    pid = tl.program_id(0)",
+        "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
+        "        pid = pid.to(tl.int64)",
+        "    tile_s = pid % n_tiles_s",
+        "    tile_c = (pid // n_tiles_s) % n_tiles_c",
+        "    n = pid // (n_tiles_s * n_tiles_c)",
+        "    s = tile_s * BLOCK_S + tl.arange(0, BLOCK_S)[:, None]  # flattened spatial position",
+        "    c = tile_c * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]  # channel",
+        "    mask = (s < S) & (c < C)",
+        "    nchw = (n * C + c) * S + s  # flat index in the contiguous output (contiguous along s)",
+        "    if Y_CHANNELS_LAST:",
+        "        y_index = (n * S + s) * C + c  # channels innermost: contiguous along c",
+        "    else:",
+        "        y_index = nchw",
+        "    # operands, each loaded once and widened to fp32",
+    ]
+    for leaf in region.leaves:
+        mask = "mask"
+        if leaf.ref == conv_ref:
+            index = "y_index"
+        elif leaf.ref in per_channel:
+            index, mask = "c", "c < C"
+        elif leaf.broadcast:
+            index = f"(nchw // {leaf.arg}_inner) % {leaf.arg}_size"
+        else:
+            index = "nchw"
+        lines.append(
+            f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask={mask}, other=0.0).to(tl.float32)"
+        )
+    body, helpers = region_body(region, render, vars_, scalar_args, "nchw")
+    return "\n".join(lines + body) + "\n", helpers
+
+
+def layout_launcher_source(
+    region: Region,
+    conv_ref: str,
+    launcher_name: str,
+    kernel_name: str,
+    per_channel: frozenset[str] = frozenset(),
+) -> str:
+    """The Python function that checks layouts, allocates the NCHW output and launches the kernel."""
+    stem = kernel_name.upper().removesuffix("_KERNEL")
+    conv_arg = next(leaf.arg for leaf in region.leaves if leaf.ref == conv_ref)
+    tensors = [leaf.arg for leaf in region.leaves]
+    signature = ", ".join(
+        [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
+    )
+    lines = [
+        f"def {launcher_name}({signature}) -> torch.Tensor:",
+        f'    """Launch {kernel_name}: `{conv_arg}` may be channels-last; the result is contiguous."""',
+        f"    out_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in tensors)})",
+        f"    memory_format = torch.channels_last if {conv_arg}.dim() == 4 else torch.channels_last_3d",
+        f"    channels_last = {conv_arg}.is_contiguous(memory_format=memory_format)",
+        "    if not channels_last:  # e.g. a CPU conv that returned NCHW: read it as such",
+        f"        {conv_arg} = {conv_arg}.contiguous()",
+    ]
+    for leaf in region.leaves:
+        if not leaf.broadcast:
+            lines.append(f"    if {leaf.arg}.shape != out_shape:")
+            lines.append(
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(out_shape)}}")'
+            )
+        if leaf.arg != conv_arg:
+            lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
+        if leaf.ref in per_channel:
+            lines.append(
+                f"    spatial_dims = {leaf.arg}.shape[2 - len(out_shape) :]  # read at the channel "
+                "index alone"
+            )
+            lines.append(
+                f"    if {leaf.arg}.dim() < len(out_shape) - 1 or {leaf.arg}.numel() != out_shape[1]"
+                " or any(d != 1 for d in spatial_dims):"
+            )
+            lines.append(
+                f'        raise ValueError(f"{leaf.arg} is not per-channel: {{tuple({leaf.arg}.shape)}}")'
+            )
+        elif leaf.broadcast:
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
+            )
+    lines += [
+        f"    out = torch.empty(out_shape, device={conv_arg}.device, dtype={conv_arg}.dtype)",
+        "    if out.numel() == 0:",
+        "        return out",
+        "    n_images, channels, spatial = out.shape[0], out.shape[1], math.prod(out.shape[2:])",
+        f"    block_c = min(BLOCK_C_MAX_{stem}, triton.next_power_of_2(channels))",
+        f"    block_s = max(BLOCK_{stem} // block_c, 1)",
+        "    n_tiles_s, n_tiles_c = triton.cdiv(spatial, block_s), triton.cdiv(channels, block_c)",
+        "    grid = (n_images * n_tiles_s * n_tiles_c,)",
+        "    # masked lanes of the last tiles index past the end: leave room for them in the int32 check",
+        "    pad = (block_c + 1) * spatial + (block_s + 1) * channels + block_c",
+        "    index_64 = out.numel() + pad > 2**31 - 1",
+    ]
+    args = [*tensors, "out", "channels", "spatial", "n_tiles_s", "n_tiles_c"]
+    args += [_layout_params(leaf) for leaf in region.leaves if _flat_broadcast(leaf, per_channel)]
+    args += [s.arg for s in region.scalars]
+    lines += [
+        f"    {kernel_name}[grid](",
+        f"        {', '.join(args)},",
+        "        Y_CHANNELS_LAST=channels_last,",
+        "        BLOCK_S=block_s,",
+        "        BLOCK_C=block_c,",
+        "        INDEX_64=index_64,",
+        f"        num_warps=NUM_WARPS_{stem},",
+        "    )",
+        "    return out",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _flat_broadcast(leaf: Leaf, per_channel: frozenset[str]) -> bool:
+    """A broadcast leaf read through `(nchw // inner) % size`."""
+    return leaf.broadcast and leaf.ref not in per_channel
+
+
+def _layout_params(leaf: Leaf) -> str:
+    return f"{leaf.arg}_inner, {leaf.arg}_size"

@@ -1,0 +1,1 @@
+"""The a library conv followed by a per-channel-tile epilogue (reductions, norms, pools)."""

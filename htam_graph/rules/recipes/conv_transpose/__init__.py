@@ -1,0 +1,1 @@
+"""The transposed convolutions as per-phase forward convolutions plus a Triton writer."""

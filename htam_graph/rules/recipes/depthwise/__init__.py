@@ -1,0 +1,1 @@
+"""The depthwise convolutions as one direct Triton kernel."""

@@ -1,0 +1,1 @@
+"""The normalisations: single-pass norms over the tiled reduction, the row softmax."""

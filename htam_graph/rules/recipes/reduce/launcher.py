@@ -1,0 +1,239 @@
+"""The Python launcher of the tiled reduction kernel (kernel.py) and the ModelNew.forward call to it.
+
+The launcher reads the [outer, reduced, inner] view of the input at run time (reduction_layout, or the norm's
+own rows), checks the operand shapes, decides the split of long reductions, and launches phase 0 (partial
+states) when split, then phase 1.
+"""
+
+from __future__ import annotations
+
+from htam_graph.rules.codegen import template
+from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, number
+from htam_graph.rules.recipes.reduce.plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
+from htam_graph.rules.recipes.reduce.rows import rows_launch_lines, uses_rows_kernel
+from htam_graph.rules.recipes.reduce.statistics import STATES
+
+__all__ = ["BROADCAST_LAYOUT_SOURCE", "REDUCTION_LAYOUT_SOURCE", "launcher_call", "launcher_source"]
+
+REDUCTION_LAYOUT_SOURCE = '''\
+def reduction_layout(shape: torch.Size, dims: int | tuple[int, ...]) -> tuple[int, int, int]:
+    """(outer, reduced, inner) extents of a contiguous tensor reduced over `dims` (which must be adjacent)."""
+    dims = sorted(d % len(shape) for d in ((dims,) if isinstance(dims, int) else dims))
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise ValueError(f"reducing over non-adjacent dims {dims} is not supported")
+    return math.prod(shape[: dims[0]]), math.prod(shape[dims[0] : dims[-1] + 1]), \
+math.prod(shape[dims[-1] + 1 :])
+'''
+
+BROADCAST_LAYOUT_SOURCE = '''\
+def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int]:
+    """(inner, size) such that flat element i of a tensor of `out_shape` reads element (i // inner) % size."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    dims = [d for d, s in enumerate(padded) if s != 1]
+    if not dims:
+        return 1, 1
+    first, last = dims[0], dims[-1]
+    if any(padded[d] != out_shape[d] for d in range(first, last + 1)):
+        raise ValueError(f"operand shape {tuple(shape)} is not a contiguous block of {tuple(out_shape)}")
+    return math.prod(out_shape[last + 1 :]), math.prod(padded[first : last + 1])
+'''
+
+
+def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name: str) -> str:
+    """The launcher of the tiled kernel: the [outer, reduced, inner] view, the split, phase 0 then phase 1."""
+    reducer = plan.reducer
+    tensors = [lf.arg for lf in plan.leaves]
+    extra_args: list[str] = [f"{s.arg}: float" for s in plan.scalars]
+    layout_args = _layout_args(reducer)
+    signature = ", ".join([f"{t}: torch.Tensor" for t in tensors] + extra_args + layout_args)
+    full = [lf.arg for lf in plan.leaves if lf.space in (FULL, BFULL) and not _is_affine(plan, lf.ref)]
+    first = next(lf.arg for lf in plan.leaves if lf.space == FULL)
+    lines = [
+        f"def {launcher_name}({signature}) -> torch.Tensor:",
+        f'    """Launch {kernel_name}: sizes, strides of the [outer, reduced, '
+        'inner] view and the split read at run time."""',
+        f"    full_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in full)})",
+    ]
+    for leaf in plan.leaves:
+        if leaf.space == FULL:
+            lines += [
+                f"    if {leaf.arg}.shape != full_shape:",
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(full_shape)}}")',
+            ]
+        lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
+    lines += _layout_lines(plan)
+    for leaf in plan.leaves:
+        if leaf.space == BFULL:
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)"
+            )
+        elif leaf.space == BOUT:
+            lines.append(
+                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
+            )
+        elif leaf.space == OUT:
+            lines += [
+                f"    if {leaf.arg}.shape != out_shape:",
+                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
+                f'expected {{tuple(out_shape)}}")',
+            ]
+    out_dtype = "torch.int64" if reducer.op in ("argmax", "argmin") else f"{first}.dtype"
+    lines += [
+        f"    out = torch.empty(out_shape, device={first}.device, dtype={out_dtype})",
+        "    if out.numel() == 0 or n_red == 0:",
+        "        return out",
+        *(rows_launch_lines(plan, f"{stem(plan)}_rows_kernel") if uses_rows_kernel(plan) else []),
+        *template.lines(_SPLIT, indent=_BODY),
+    ]
+    states = STATES[stat]
+    dtype_of = {"tl.float32": "torch.float32", "tl.int32": "torch.int32"}
+    parts = [
+        f"    part_{s} = torch.empty(n_outer * n_inner * n_split if n_split > 1 else 1, "
+        f"device={first}.device, dtype={dtype_of[dt]})"
+        for s, _, dt in states
+    ]
+    lines += parts
+    args = [*tensors, "out", *(f"part_{s}" for s, _, _ in states)]
+    bcast = [f"{lf.arg}_inner, {lf.arg}_size" for lf in plan.leaves if lf.space in (BFULL, BOUT)]
+    scalar_args = [s.arg for s in plan.scalars] + (["eps"] if reducer.kind is OpKind.NORM else [])
+    lines += template.lines(
+        _LAUNCH,
+        indent=_BODY,
+        kernel=kernel_name,
+        tensors=", ".join(args),
+        tail="".join(f", {a}" for a in [*bcast, *scalar_args]),
+        phase1_split="n_split" if plan.mode == "normalise" else "1",
+    )
+    return "\n".join(lines) + "\n"
+
+
+_BODY = "    "  # the templates below are the launcher's body
+
+# The launch geometry: tiles of [block_r, block_i], and the split of long reductions across programs.
+_SPLIT = """
+        block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)
+        block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))
+        n_itiles = triton.cdiv(n_inner, block_i)
+        n_tiles = n_outer * n_itiles
+        # few long reductions: split each across programs so the whole GPU works (partials merged after)
+        n_split = 1
+        if n_tiles < SPLIT_TARGET_PROGRAMS:
+            n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), \
+n_red // (block_r * MIN_TILES_PER_SPLIT)))
+        red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r
+        n_split = triton.cdiv(n_red, red_per_split)
+"""
+
+# Phase 0 (split only) folds each slice into the partial states; phase 1 merges them (or folds whole columns).
+_LAUNCH = """
+        if n_split > 1:
+            $kernel[(n_tiles * n_split,)](
+                $tensors, n_red, n_inner, n_itiles, n_split, n_split, red_per_split$tail,
+                BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=0, USE_PARTIALS=True,
+            )
+        grid_split = $phase1_split
+        $kernel[(n_tiles * grid_split,)](
+            $tensors, n_red, n_inner, n_itiles, grid_split, n_split, red_per_split$tail,
+            BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=1, USE_PARTIALS=n_split > 1,
+        )
+        return out
+"""
+
+
+def _is_affine(plan: ReducePlan, ref: str) -> bool:
+    return plan.reducer.kind is OpKind.NORM and any(
+        isinstance(v, Ref) and v.name == ref for v in plan.reducer.operands[1:]
+    )
+
+
+def _layout_args(reducer: OpNode) -> list[str]:
+    if reducer.kind is OpKind.NORM:
+        args = ["eps: float"]
+        if reducer.op in ("nn_layer_norm", "layer_norm"):
+            args.append("normalized_shape: tuple[int, ...]")
+        if reducer.op == "nn_group_norm":
+            args.append("num_groups: int")
+        return args
+    args = ["dim: int | tuple[int, ...]"]
+    return args
+
+
+def _layout_lines(plan: ReducePlan) -> list[str]:
+    reducer = plan.reducer
+    if reducer.op in ("nn_layer_norm", "layer_norm"):
+        return [
+            "    k = len(normalized_shape)",
+            "    if tuple(full_shape[-k:]) != tuple(normalized_shape):",
+            '        raise ValueError(f"input shape {tuple(full_shape)} does not end with '
+            '{tuple(normalized_shape)}")',
+            "    n_red, n_inner = math.prod(normalized_shape), 1",
+            "    n_outer = math.prod(full_shape) // n_red",
+            "    out_shape = full_shape",
+        ]
+    if reducer.op == "nn_group_norm":
+        return [
+            "    if full_shape[1] % num_groups:",
+            '        raise ValueError(f"{full_shape[1]} channels do not split into {num_groups} groups")',
+            "    n_outer, n_inner = full_shape[0] * num_groups, 1  # each (sample, "
+            "group) is one contiguous row",
+            "    n_red = math.prod(full_shape) // n_outer if n_outer else 0",
+            "    out_shape = full_shape",
+        ]
+    if reducer.op == "nn_instance_norm":
+        return [
+            "    n_outer, n_red, n_inner = full_shape[0] * full_shape[1], math.prod(full_shape[2:]), 1",
+            "    out_shape = full_shape  # each (sample, channel) plane is one contiguous row",
+        ]
+    lines = ["    n_outer, n_red, n_inner = reduction_layout(full_shape, dim)"]
+    if reducer.kind is OpKind.SOFTMAX:
+        return [*lines, "    out_shape = full_shape"]
+    keep = reducer.param("keepdim")
+    if plan.mode == "normalise":
+        return [*lines, "    out_shape = full_shape"]
+    lines += [
+        "    dims = {d % len(full_shape) for d in ((dim,) if isinstance(dim, int) else dim)}",
+    ]
+    if keep == Const(True):
+        lines.append("    out_shape = torch.Size(1 if d in dims else s for d, s in enumerate(full_shape))")
+    else:
+        lines.append("    out_shape = torch.Size(s for d, s in enumerate(full_shape) if d not in dims)")
+    return lines
+
+
+def launcher_call(plan: ReducePlan) -> tuple[list[str], list[str]]:
+    """(call arguments, guard lines) for ModelNew.forward."""
+    reducer = plan.reducer
+    args = [lf.expr for lf in plan.leaves] + [s.expr for s in plan.scalars]
+    if reducer.op == "layer_norm":
+        return [*args, *_functional_layer_norm_args(plan)], []
+    if reducer.kind is OpKind.NORM:
+        path = reducer.module_path
+        eps = reducer.param("eps")
+        args.append(f"float(self.{path}.eps)" if isinstance(eps, AttrScalar) else repr(eps))
+        if reducer.op == "nn_layer_norm":
+            args.append(f"tuple(self.{path}.normalized_shape)")
+        if reducer.op == "nn_group_norm":
+            args.append(f"self.{path}.num_groups")
+        return args, []
+    if reducer.kind is OpKind.SOFTMAX and reducer.module_path is not None:
+        args.append(f"self.{reducer.module_path}.dim")
+        return args, []
+    expr, _ = reduce_dims(reducer)
+    args.append(expr)
+    return args, []
+
+
+def _functional_layer_norm_args(plan: ReducePlan) -> list[str]:
+    """eps and normalized_shape of `F.layer_norm`: torch requires weight.shape == bias.shape ==
+    normalized_shape, so an affine operand gives it at run time (the forward may compute it from sizes)."""
+    reducer = plan.reducer
+    eps = reducer.param("eps")
+    args = [f"float(self.{eps.path})" if isinstance(eps, AttrScalar) else repr(number(eps))]
+    exprs = {lf.ref: lf.expr for lf in plan.leaves}
+    affine = [v.name for v in reducer.operands[1:] if isinstance(v, Ref)]
+    if affine:
+        args.append(f"tuple({exprs[affine[0]]}.shape)")
+    else:
+        args.append(repr(reducer.param("normalized_shape").value))  # type: ignore[union-attr]
+    return args

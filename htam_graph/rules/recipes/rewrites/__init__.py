@@ -1,0 +1,1 @@
+"""The algebraic rewrites: dropped copies, diagonal matmuls, reductions taken before a linear."""

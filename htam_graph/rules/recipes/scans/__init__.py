@@ -1,0 +1,1 @@
+"""The scans: cumulative sum / product in chunks with a carried prefix."""
