@@ -9,7 +9,7 @@ are recomputed on every call by a small Triton kernel (they depend only on the p
 the library call runs on them, and every op after the reduction is the row kernel of
 `fusion.reduction_with_epilogue`. Scalings between the GEMM and the reduction (x / 2, x * self.s) commute with
 it and stay in the row kernel. Summation order changes (fp32 throughout); see the accuracy note in the README
-of the recipe's tests and the report of session 8.
+of the recipe's tests.
 """
 
 from __future__ import annotations
