@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: install into ./.venv and run the test suite, on every core (pytest-xdist) but for the
-# Neo4j tests, which run after it in one process. HTAM_TEST_WORKERS=0 runs the first part serially too.
+# Neo4j tests, which run beside it in one process of their own. HTAM_TEST_WORKERS=0 runs the first part serially.
 # Exit code 5 from pytest (no tests collected) is a failure here: a suite that runs nothing proves nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +25,18 @@ fi
 # Unless NEO4J_URI already names a test database, start the repo's Neo4j (built with Maven on first use) and
 # stop it on exit, so every backend-parametrised test runs on FalkorDB and on Neo4j. Under CI=true a server
 # that does not start fails the run; elsewhere the Neo4j tests then skip, saying why.
+stop_neo4j=false
+neo4j_pid=""
+on_exit() {
+  if [ -n "$neo4j_pid" ]; then kill "$neo4j_pid" 2>/dev/null || true; fi  # the Neo4j pytest, if still running
+  if [ "$stop_neo4j" = true ]; then scripts/neo4j-test-server stop; fi
+}
+trap on_exit EXIT
 if [ -z "${NEO4J_URI:-}" ]; then
   neo4j_was_running=false
   scripts/neo4j-test-server status 2>/dev/null && neo4j_was_running=true
   if neo4j_env=$(scripts/neo4j-test-server start); then
-    [ "$neo4j_was_running" = true ] || trap 'scripts/neo4j-test-server stop' EXIT  # only the one started here
+    [ "$neo4j_was_running" = true ] || stop_neo4j=true  # only the one started here
     eval "$neo4j_env"
   elif [ "${CI:-}" = true ]; then
     echo "error: the Neo4j test server did not start (CI=true): failing rather than skipping its tests" >&2
@@ -40,16 +47,24 @@ if [ -z "${NEO4J_URI:-}" ]; then
 fi
 # --- end of the Neo4j block -------------------------------------------------------------------------------------
 export TRITON_INTERPRET=1
-# Two pytest runs: everything but the Neo4j tests on every core, then the Neo4j tests in one process (they share
-# one database, which each of them empties; pytest-xdist's group scheduling does not keep them together under
-# pytest 9). The marker expressions repeat pyproject's default deselection.
+# Two pytest runs at once: everything but the Neo4j tests on every core, and beside it the Neo4j tests in one
+# process (they share one database, which each of them empties; pytest-xdist's group scheduling does not keep
+# them together under pytest 9; they mostly wait on the server). The Neo4j run's output is shown when both
+# have ended. The marker expressions repeat pyproject's default deselection.
 DEFAULT_MARKS="not gpu and not live and not slow"
+neo4j_log=$(mktemp)
 set +e
+.venv/bin/python -m pytest -q -m "$DEFAULT_MARKS and neo4j" tests "$@" >"$neo4j_log" 2>&1 &
+neo4j_pid=$!
 .venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" -m "$DEFAULT_MARKS and not neo4j" tests "$@"
 rc_main=$?
-.venv/bin/python -m pytest -q -m "$DEFAULT_MARKS and neo4j" tests "$@"
+wait "$neo4j_pid"
 rc_neo4j=$?
+neo4j_pid=""
 set -e
+echo "--- the Neo4j tests (pytest -m '$DEFAULT_MARKS and neo4j', run beside the others; exit $rc_neo4j) ---"
+cat "$neo4j_log"
+rm -f "$neo4j_log"
 if [ "$rc_main" -eq 5 ] && [ "$rc_neo4j" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose (exit 5)" >&2
   exit 1

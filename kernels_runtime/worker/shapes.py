@@ -10,6 +10,12 @@ the name, split into `_`-separated tokens (documented in the README of the runti
   `STRUCTURAL_TOKENS` (kernel, stride, padding, dilation, groups, heads, pool, block, window...);
 * a batch size: a name with the token `batch`.
 
+Integer literals among the tensor sizes that `get_inputs` builds (`torch.rand(batch_size, 3, 224, 224)`) are
+sizes too, addressed as `get_inputs#k` (see `taskmod`), unless the same value is written elsewhere in the task
+(a channel count the model's `__init__` repeats as a literal, or any module constant's value): such a literal is
+tied to the model and kept. They scale with the same factor as the constants; when that ladder cannot shrink
+them (a flatten into a literal-sized Linear, say) the search runs again with the literals kept.
+
 Smoke sizes: every scalable size above `FLOOR` is divided by one power-of-two factor (so ratios and most
 divisibility survive) and batch sizes are capped at `SMOKE_BATCH`. The mildest factor whose meta-device estimate
 fits the element/parameter caps is tried first; the reference then really runs once on the CPU, its matmul/conv
@@ -30,7 +36,14 @@ from typing import Literal
 
 from htam_graph.errors import TaskError
 from htam_graph.kernels_runtime.worker import refprobe
-from htam_graph.kernels_runtime.worker.taskmod import OverrideValue, module_constants
+from htam_graph.kernels_runtime.worker.taskmod import (
+    LITERAL_PREFIX,
+    OverrideValue,
+    get_inputs_def,
+    literal_size_nodes,
+    literal_sizes,
+    module_constants,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +51,7 @@ __all__ = [
     "ShapeSpec",
     "size_constants",
     "sequence_constants",
+    "scalable_literals",
     "scaled_variant",
     "smoke_overrides",
     "extra_shape_variant",
@@ -62,7 +76,7 @@ MAX_FLOPS = 100_000_000  # matmul/conv FLOPs of a smoke variant: a hand-written 
 # about 1 s per 2-3 MFLOP under the interpreter, so 1e8 keeps one evaluation of such a candidate near a minute
 DEFAULT_BUDGET_S = 1.0
 # Part of the on-disk cache key of variant selections: raise it when the caps or the search change.
-SELECTION_VERSION = 2
+SELECTION_VERSION = 3
 _GIVE_UP_FACTOR = 10.0  # stop backing off after a failed step that took this many budgets
 _MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
@@ -127,16 +141,37 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def scalable_literals(source: str) -> dict[str, int]:
+    """`get_inputs#k` -> value for the literal sizes of `get_inputs` above FLOOR that nothing else repeats."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise TaskError(f"task source does not parse (line {e.lineno}): {e.msg}") from e
+    function = get_inputs_def(tree)
+    if function is None:
+        return {}
+    own = {id(n) for n in literal_size_nodes(function)}
+    elsewhere = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and id(node) not in own
+    }
+    elsewhere |= {v for v in module_constants(tree).values() if isinstance(v, int)}
+    return {k: v for k, v in literal_sizes(tree).items() if v > FLOOR and v not in elsewhere}
+
+
 def _shrink(value: int, factor: int) -> int:
     return value if value <= FLOOR else max(FLOOR, value // factor)
 
 
-def scaled_variant(source: str, factor: int, batch_cap: int | None = SMOKE_BATCH) -> dict[str, OverrideValue]:
+def scaled_variant(
+    source: str, factor: int, batch_cap: int | None = SMOKE_BATCH, literals: bool = True
+) -> dict[str, OverrideValue]:
     """Overrides dividing every scalable size above FLOOR by `factor` and capping batch sizes at `batch_cap`.
 
     With `batch_cap=None` batch sizes are divided like the others (for tasks where the batch must equal another
-    size, as in KernelBench's hinge loss). Structural sizes (kernel, stride, groups, heads...) are kept. Only
-    changed constants are returned.
+    size, as in KernelBench's hinge loss). Structural sizes (kernel, stride, groups, heads...) are kept. With
+    `literals`, the scalable literal sizes of `get_inputs` are divided too. Only changed sizes are returned.
     """
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor}")
@@ -156,18 +191,28 @@ def scaled_variant(source: str, factor: int, batch_cap: int | None = SMOKE_BATCH
         new_seq = tuple(_shrink(v, factor) for v in seq)
         if new_seq != seq:
             out[name] = new_seq
+    for name, value in (scalable_literals(source) if literals else {}).items():
+        if _shrink(value, factor) != value:
+            out[name] = _shrink(value, factor)
     return out
 
 
-def _ladder(source: str, batch_cap: int | None = SMOKE_BATCH) -> list[dict[str, OverrideValue]]:
+def _ladder(
+    source: str, batch_cap: int | None = SMOKE_BATCH, literals: bool = True
+) -> list[dict[str, OverrideValue]]:
     """Distinct scaled variants from mildest (factor 1: batch only) to most aggressive (all at FLOOR)."""
     largest = max(
-        [*size_constants(source).values(), *(max(s) for s in sequence_constants(source).values()), 1]
+        [
+            *size_constants(source).values(),
+            *(max(s) for s in sequence_constants(source).values()),
+            *(scalable_literals(source).values() if literals else []),
+            1,
+        ]
     )
     ladder: list[dict[str, OverrideValue]] = []
     factor = 1
     while True:
-        variant = scaled_variant(source, factor, batch_cap)
+        variant = scaled_variant(source, factor, batch_cap, literals)
         if not ladder or variant != ladder[-1]:
             ladder.append(variant)
         if factor >= largest:
@@ -266,11 +311,23 @@ def _estimates(
 
 
 def _search_smoke(source: str, budget_s: float, name: str) -> ShapeSpec:
-    """Search the batch-capped ladder, then (if nothing there runs) the ladder that scales batch sizes too."""
+    """Search the batch-capped ladder with the literal sizes of `get_inputs` (when it has scalable ones), then
+    without them, then the ladder that scales batch sizes too; the first result that scales what it could
+    wins (a literal ladder whose literals could not be shrunk is kept only when nothing else runs)."""
     failures: list[str] = []
-    for batch_cap in (SMOKE_BATCH, None):
+    literal_spec: ShapeSpec | None = None
+    if scalable_literals(source):
         try:
-            return _search_ladder(source, _ladder(source, batch_cap), budget_s, name)
+            literal_spec = _search_ladder(source, _ladder(source, SMOKE_BATCH, True), budget_s, name)
+        except TaskError as e:
+            failures.append(str(e))
+        if literal_spec is not None and any(k.startswith(LITERAL_PREFIX) for k in literal_spec.overrides):
+            return literal_spec
+    for batch_cap in (SMOKE_BATCH, None):
+        if batch_cap is None and literal_spec is not None:
+            return literal_spec
+        try:
+            return _search_ladder(source, _ladder(source, batch_cap, False), budget_s, name)
         except TaskError as e:
             failures.append(str(e))
     raise TaskError(f"task {name}: no smoke shape variant runs on the CPU ({'; '.join(failures)})")

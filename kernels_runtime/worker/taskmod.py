@@ -5,11 +5,17 @@ A task file sets its sizes as module-level constants (`batch_size = 4096`, `M = 
 from them (`bias_shape = (out_features,)`, `get_inputs()`, `get_init_inputs()`). An override is applied by
 inserting `NAME = <literal>` right after every module-level statement that binds NAME to a constant, before the
 module runs, so every later derived value follows the new size.
+
+A size written as an integer literal inside `get_inputs` (`torch.rand(batch_size, 3, 224, 224)`) has no name to
+rebind: each such literal among the size arguments of a tensor factory (`torch.randn/rand/zeros/ones/empty`,
+`randint`'s and `full`'s size) is addressed as `get_inputs#k` (k-th in the function's `ast.walk` order, from 1;
+the order survives `ast.unparse`), and an override of that name rewrites the literal itself.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import linecache
 import types
 from collections.abc import Mapping
@@ -18,7 +24,20 @@ from htam_graph.errors import TaskError
 
 OverrideValue = int | tuple[int, ...]
 
-__all__ = ["OverrideValue", "load_task_module", "module_constants", "apply_overrides"]
+__all__ = [
+    "LITERAL_PREFIX",
+    "OverrideValue",
+    "load_task_module",
+    "module_constants",
+    "get_inputs_def",
+    "literal_sizes",
+    "literal_size_nodes",
+    "apply_overrides",
+]
+
+LITERAL_PREFIX = "get_inputs#"
+_SIZE_VARARGS = frozenset({"randn", "rand", "zeros", "ones", "empty"})  # torch.randn(*size) or (size)
+_SIZE_ONLY_TUPLE = frozenset({"randint", "full"})  # sizes only in a tuple/list argument (or size=)
 
 
 def _const_value(node: ast.expr) -> int | float | tuple[int | float, ...] | list[int | float] | None:
@@ -126,18 +145,97 @@ def _check_override(name: str, value: OverrideValue, original: object) -> None:
         raise TaskError(f"override {name!r}={value!r} does not match the task's constant {original!r}")
 
 
-def apply_overrides(tree: ast.Module, overrides: Mapping[str, OverrideValue]) -> ast.Module:
-    """Return a copy of `tree` where each overridden constant is re-bound right after its assignments.
+def get_inputs_def(tree: ast.Module) -> ast.FunctionDef | None:
+    """The module-level `def get_inputs` that wins (the last one), or None."""
+    found = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs":
+            found = stmt
+    return found
 
-    Raises TaskError for a name that is not a module-level integer (or integer tuple) constant, or a value of
-    the wrong kind, so a typo never silently runs the default size.
+
+def _factory_name(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _int_literals(nodes: list[ast.expr]) -> list[ast.Constant]:
+    return [
+        n
+        for n in nodes
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool)
+    ]
+
+
+def _size_arguments(call: ast.Call) -> list[ast.expr]:
+    """The expressions of a tensor factory call that give sizes (one per dimension)."""
+    name = _factory_name(call)
+    if name not in _SIZE_VARARGS and name not in _SIZE_ONLY_TUPLE:
+        return []
+    keyword = [k.value for k in call.keywords if k.arg == "size"]
+    sequences = [a for a in [*call.args, *keyword] if isinstance(a, ast.Tuple | ast.List)]
+    if sequences:
+        return list(sequences[0].elts)
+    if name in _SIZE_VARARGS:
+        return [a for a in call.args if not isinstance(a, ast.Starred)]
+    return []
+
+
+def literal_size_nodes(function: ast.FunctionDef) -> list[ast.Constant]:
+    """The integer literals among the size arguments of the tensor factories `function` calls, in walk order."""
+    nodes: list[ast.Constant] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            nodes.extend(_int_literals(_size_arguments(node)))
+    return nodes
+
+
+def literal_sizes(tree: ast.Module) -> dict[str, int]:
+    """`get_inputs#k` -> value for every literal size in `get_inputs` (see the module docstring)."""
+    function = get_inputs_def(tree)
+    if function is None:
+        return {}
+    nodes = literal_size_nodes(function)
+    return {f"{LITERAL_PREFIX}{k}": n.value for k, n in enumerate(nodes, 1) if isinstance(n.value, int)}
+
+
+def _rewrite_literals(function: ast.FunctionDef, overrides: Mapping[str, OverrideValue]) -> ast.FunctionDef:
+    """A copy of `function` whose addressed literal sizes carry the overridden values."""
+    new = copy.deepcopy(function)
+    for k, node in enumerate(literal_size_nodes(new), 1):
+        value = overrides.get(f"{LITERAL_PREFIX}{k}")
+        if isinstance(value, int):
+            node.value = value
+    return new
+
+
+def _check_literal_override(name: str, value: OverrideValue, literals: Mapping[str, int]) -> None:
+    if name not in literals:
+        raise TaskError(f"override {name!r}: the task's get_inputs has no literal size of that number")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TaskError(f"override {name!r}={value!r}: a literal size takes a positive integer")
+
+
+def apply_overrides(tree: ast.Module, overrides: Mapping[str, OverrideValue]) -> ast.Module:
+    """Return a copy of `tree` where each overridden constant is re-bound right after its assignments, and
+    each overridden literal size of `get_inputs` (`get_inputs#k`) is rewritten in place.
+
+    Raises TaskError for a name that is not a module-level integer (or integer tuple) constant nor a literal
+    size of `get_inputs`, or a value of the wrong kind, so a typo never silently runs the default size.
     """
     constants = module_constants(tree)
+    literals = literal_sizes(tree)
     for name, value in overrides.items():
-        _check_override(name, value, constants.get(name))
+        if name.startswith(LITERAL_PREFIX):
+            _check_literal_override(name, value, literals)
+        else:
+            _check_override(name, value, constants.get(name))
+    rewrite = get_inputs_def(tree) if any(n.startswith(LITERAL_PREFIX) for n in overrides) else None
     body: list[ast.stmt] = []
     for stmt in tree.body:
-        body.append(stmt)
+        body.append(_rewrite_literals(stmt, overrides) if stmt is rewrite and rewrite is not None else stmt)
         for name, _ in _bindings(stmt):
             if name in overrides:
                 assign = ast.Assign(

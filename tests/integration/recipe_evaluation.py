@@ -14,15 +14,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from htam_graph.kernels_runtime.parent.corpus import shrink_task
 from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import EvalRequest, EvalResult, Task
 
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 
 
-def kb_task(rel: str) -> Task:
-    """The dev-split task at `KB/rel` (e.g. "level1/40_LayerNorm.py") under the key kernelbench/<rel - .py>."""
+def kb_task(rel: str, sizes: dict[str, int] | None = None) -> Task:
+    """The dev-split task at `KB/rel` (e.g. "level1/40_LayerNorm.py") under the key kernelbench/<rel - .py>;
+    `sizes` re-binds size constants first (smaller CPU test sizes; the smoke search then shrinks inside them)."""
     source = (KB / rel).read_text(encoding="utf-8")
+    if sizes:
+        source = shrink_task(source, sizes)
     return Task(
         key=f"kernelbench/{rel[:-3]}",
         suite="kernelbench",

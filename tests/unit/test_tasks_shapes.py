@@ -160,3 +160,71 @@ def test_real_tasks_get_small_smoke_variants(rel: str) -> None:
     spec = shapes.smoke_overrides(source, name=rel)
     assert spec.forward_s is not None and spec.forward_s < 2.0
     assert spec.overrides  # something was scaled down
+
+
+LITERAL_IMAGES = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(12, 4, kernel_size=3)
+
+    def forward(self, x):
+        return self.conv(x).mean(dim=(2, 3))
+
+batch_size = 16
+
+def get_inputs():
+    return [torch.randn(batch_size, 12, 160, 160)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_literal_image_sizes_in_get_inputs_are_shrunk_and_channels_kept() -> None:
+    # 12 is also the conv's in_channels literal: tied to the model, so only the two 160s are scalable.
+    assert shapes.scalable_literals(LITERAL_IMAGES) == {"get_inputs#2": 160, "get_inputs#3": 160}
+    spec = shapes.smoke_overrides(LITERAL_IMAGES, name="literal-images")
+    assert spec.validated == "cpu"
+    side = spec.overrides["get_inputs#2"]
+    assert isinstance(side, int) and side < 160 and spec.overrides["get_inputs#3"] == side
+    (x,) = load_task_module(LITERAL_IMAGES, "literal-images", spec.overrides).get_inputs()
+    assert tuple(x.shape) == (2, 12, side, side)
+    assert x.numel() <= shapes.MAX_ELEMENTS
+
+
+LITERAL_FLATTEN = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc = nn.Linear(4096, hidden)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+batch_size = 8
+hidden = 8192
+
+def get_inputs():
+    return [torch.randn(batch_size, 4, 32, 32)]
+
+def get_init_inputs():
+    return [hidden]
+"""
+
+
+def test_literals_that_cannot_shrink_leave_the_named_sizes_to_the_plain_search() -> None:
+    # 4 * 32 * 32 must stay 4096 (the Linear's literal width): every step that shrinks the 32s fails, and the
+    # search without the literals still scales the Linear's `hidden` down.
+    assert shapes.scalable_literals(LITERAL_FLATTEN) == {"get_inputs#2": 32, "get_inputs#3": 32}
+    spec = shapes.smoke_overrides(LITERAL_FLATTEN, name="literal-flatten")
+    assert not any(k.startswith("get_inputs#") for k in spec.overrides)
+    assert spec.overrides["batch_size"] == 2
+    hidden = spec.overrides["hidden"]
+    assert isinstance(hidden, int) and 4096 * hidden <= shapes.MAX_PARAMS
+    module = load_task_module(LITERAL_FLATTEN, "literal-flatten", spec.overrides)
+    assert tuple(module.Model(*module.get_init_inputs())(*module.get_inputs()).shape) == (2, hidden)

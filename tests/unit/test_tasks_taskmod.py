@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 import torch
 
 from htam_graph.errors import TaskError
-from htam_graph.kernels_runtime.worker.taskmod import load_task_module
+from htam_graph.kernels_runtime.worker.taskmod import literal_sizes, load_task_module
 
 SOURCE = """import torch
 import torch.nn as nn
@@ -101,3 +103,35 @@ def test_tracebacks_show_the_task_lines() -> None:
         text = traceback.format_exc()
     assert "raise ValueError('from the task')" in text
     assert torch.is_tensor(torch.zeros(1))
+
+
+LITERALS = """import torch
+
+n = 4
+
+def get_inputs():
+    return [torch.randn(n, 3, 224, 224), torch.zeros((7, 64)), torch.randint(0, 10, (100,)), torch.full((9,), 2.0)]
+"""
+
+
+def test_literal_sizes_of_get_inputs_are_numbered_and_can_be_overridden() -> None:
+    assert literal_sizes(ast.parse(LITERALS)) == {
+        "get_inputs#1": 3,
+        "get_inputs#2": 224,
+        "get_inputs#3": 224,
+        "get_inputs#4": 7,
+        "get_inputs#5": 64,
+        "get_inputs#6": 100,  # randint's bounds 0, 10 and full's fill value are not sizes
+        "get_inputs#7": 9,
+    }
+    # the numbering survives ast.unparse (the smoke search of a declared configuration runs on unparsed source)
+    assert literal_sizes(ast.parse(ast.unparse(ast.parse(LITERALS)))) == literal_sizes(ast.parse(LITERALS))
+    module = load_task_module(
+        LITERALS, "t/lit", {"get_inputs#2": 16, "get_inputs#3": 8, "get_inputs#6": 5, "n": 2}
+    )
+    shapes = [tuple(t.shape) for t in module.get_inputs()]
+    assert shapes == [(2, 3, 16, 8), (7, 64), (5,), (9,)]
+    with pytest.raises(TaskError, match="no literal size"):
+        load_task_module(LITERALS, "t/lit", {"get_inputs#8": 2})
+    with pytest.raises(TaskError, match="positive integer"):
+        load_task_module(LITERALS, "t/lit", {"get_inputs#1": 0})
