@@ -4,7 +4,9 @@ similar past attempts.
 
 Only directions with a strategy that fits the task are drawn; the strategies offered are those the run has
 demoted least (`run_lessons.py`). With a deterministic generator (the rules) a strategy whose candidate
-repeats one already evaluated in this run, or raised on the same inputs, is set aside."""
+repeats one already evaluated in this run, or raised on the same inputs, is set aside. A generator that
+replays a recorded run (`ports.RecordedChoices`) decides instead: the step takes the recorded direction and
+strategy."""
 
 from __future__ import annotations
 
