@@ -26,7 +26,6 @@ are cached per source sha256 (a pure function of the source); candidate results 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import logging
 import random
@@ -36,14 +35,15 @@ from typing import Literal
 
 from htam_graph.errors import TaskError
 from htam_graph.kernels_runtime.worker import refprobe
-from htam_graph.kernels_runtime.worker.taskmod import (
-    LITERAL_PREFIX,
-    OverrideValue,
-    get_inputs_def,
-    literal_size_nodes,
-    literal_sizes,
-    module_constants,
+from htam_graph.kernels_runtime.worker.size_names import (
+    FLOOR,
+    is_batch,
+    is_structural,
+    scalable_literals,
+    sequence_constants,
+    size_constants,
 )
+from htam_graph.kernels_runtime.worker.taskmod import LITERAL_PREFIX, OverrideValue
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +59,6 @@ __all__ = [
     "clear_cache",
 ]
 
-NON_SIZE_TOKENS = frozenset(
-    "eps slope scale scaling p dropout pdrop drop value multiplier divisor factor momentum constant seed prob "
-    "alpha beta temperature clamp min max".split()
-)
-SIZE_WORDS = frozenset("seqlen len length size sizes features dim channels tokens positions".split())
-STRUCTURAL_TOKENS = frozenset(
-    "kernel stride strides padding dilation groups group heads head pool maxpool block window".split()
-)
-FLOOR = 8  # scalable sizes are never shrunk below this (or below their own value)
 SMOKE_BATCH = 2
 MAX_ELEMENTS = 1 << 16  # input + output elements of a smoke variant (meta estimate): Triton candidates run
 # under the interpreter on the CPU, which costs ~5 µs per element, so smoke tensors stay in the tens of thousands
@@ -94,72 +85,6 @@ class ShapeSpec:
     note: str = ""  # e.g. "constant output": the reference returns a constant at this variant
 
 
-def _tokens(name: str) -> list[str]:
-    return [t for t in name.lower().split("_") if t]
-
-
-def _is_size_name(name: str) -> bool:
-    tokens = set(_tokens(name))
-    hit = tokens & NON_SIZE_TOKENS
-    if hit <= {"min", "max"} and hit and tokens & SIZE_WORDS:
-        return True
-    return not hit
-
-
-def _is_structural(name: str) -> bool:
-    return bool(set(_tokens(name)) & STRUCTURAL_TOKENS)
-
-
-def _is_batch(name: str) -> bool:
-    return "batch" in _tokens(name)
-
-
-def _constants(source: str) -> dict[str, object]:
-    try:
-        constants: dict[str, object] = module_constants(ast.parse(source))
-    except SyntaxError as e:
-        raise TaskError(f"task source does not parse (line {e.lineno}): {e.msg}") from e
-    return constants
-
-
-def size_constants(source: str) -> dict[str, int]:
-    """Module-level integer constants that look like sizes (see the module docstring for the heuristic)."""
-    out: dict[str, int] = {}
-    for name, value in _constants(source).items():
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1 and _is_size_name(name):
-            out[name] = value
-    return out
-
-
-def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
-    """Module-level tuple/list constants of positive integers that look like sizes (`input_shape = (32768,)`)."""
-    out: dict[str, tuple[int, ...]] = {}
-    for name, value in _constants(source).items():
-        if isinstance(value, tuple | list) and _is_size_name(name):
-            if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
-                out[name] = tuple(int(v) for v in value)
-    return out
-
-
-def scalable_literals(source: str) -> dict[str, int]:
-    """`get_inputs#k` -> value for the literal sizes of `get_inputs` above FLOOR that nothing else repeats."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise TaskError(f"task source does not parse (line {e.lineno}): {e.msg}") from e
-    function = get_inputs_def(tree)
-    if function is None:
-        return {}
-    own = {id(n) for n in literal_size_nodes(function)}
-    elsewhere = {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and id(node) not in own
-    }
-    elsewhere |= {v for v in module_constants(tree).values() if isinstance(v, int)}
-    return {k: v for k, v in literal_sizes(tree).items() if v > FLOOR and v not in elsewhere}
-
-
 def _shrink(value: int, factor: int) -> int:
     return value if value <= FLOOR else max(FLOOR, value // factor)
 
@@ -177,16 +102,16 @@ def scaled_variant(
         raise ValueError(f"factor must be >= 1, got {factor}")
     out: dict[str, OverrideValue] = {}
     for name, value in size_constants(source).items():
-        if _is_batch(name):
+        if is_batch(name):
             new = min(value, batch_cap) if batch_cap is not None else _shrink(value, factor)
-        elif _is_structural(name):
+        elif is_structural(name):
             continue
         else:
             new = _shrink(value, factor)
         if new != value:
             out[name] = new
     for name, seq in sequence_constants(source).items():
-        if _is_structural(name):
+        if is_structural(name):
             continue
         new_seq = tuple(_shrink(v, factor) for v in seq)
         if new_seq != seq:
@@ -406,8 +331,8 @@ def _extra_candidates(
 ) -> list[dict[str, OverrideValue]]:
     """Variants that change the batch by one and one other size by a non-power-of-two factor."""
     current = _effective(source, base)
-    batches = [n for n in current if _is_batch(n)]
-    dims = [n for n in current if not _is_batch(n) and not _is_structural(n) and current[n] >= 4]
+    batches = [n for n in current if is_batch(n)]
+    dims = [n for n in current if not is_batch(n) and not is_structural(n) and current[n] >= 4]
     rng = random.Random(seed)
     rng.shuffle(dims)
     ratios = [(3, 4), (5, 4), (2, 3)]
