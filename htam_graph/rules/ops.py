@@ -140,6 +140,13 @@ class OpGraph:
             raise KeyError(name)
         return node.shape
 
+    def is_per_channel(self, name: str, rank: int) -> bool:
+        """A `(C, 1, 1)`-like operand: right-aligned against a rank-`rank` output, only its channel dim is
+        not 1."""
+        shape = self.shape_of(name)
+        padded = (1,) * (rank - len(shape)) + shape
+        return len(padded) == rank and [d for d, size in enumerate(padded) if size != 1] == [1]
+
     def users(self, name: str) -> list[OpNode]:
         return [n for n in self.nodes if any(isinstance(v, Ref) and v.name == name for v in _values(n))]
 

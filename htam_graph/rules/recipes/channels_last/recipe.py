@@ -113,7 +113,7 @@ class ChannelsLastConv(PlannedRecipe[ConvPlan]):
             raise NotApplicable("the forward's argument names clash with the generated variables")
         region = _epilogue(graph, convs[-1], conv_vars[-1], len(convs))
         per_channel = frozenset(
-            leaf.ref for leaf in region.leaves if leaf.broadcast and _is_per_channel(graph, leaf.ref, rank)
+            leaf.ref for leaf in region.leaves if leaf.broadcast and graph.is_per_channel(leaf.ref, rank)
         )
         plan = ConvPlan(graph, convs, region, conv_vars, input_var, weights, _FORMATS[rank], per_channel)
         # unsupported epilogue ops and conv arguments raise here, so `check` and `emit` agree
@@ -181,13 +181,6 @@ def _epilogue(graph: OpGraph, last: OpNode, conv_var: str, n_convs: int) -> Regi
     if leaf is None or leaf.broadcast:
         raise NotApplicable(f"the epilogue does not read {last.op}'s output at the output's shape")
     return region
-
-
-def _is_per_channel(graph: OpGraph, name: str, rank: int) -> bool:
-    """A `(C, 1, 1)`-like operand: right-aligned against the output, only its channel dim is not 1."""
-    shape = graph.shape_of(name)
-    padded = (1,) * (rank - len(shape)) + shape
-    return len(padded) == rank and [d for d, size in enumerate(padded) if size != 1] == [1]
 
 
 # ------------------------------------------------------------------------------------------- forward text

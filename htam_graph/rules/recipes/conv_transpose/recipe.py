@@ -167,7 +167,7 @@ def _fused_plan(view: TaskView, conv: OpNode) -> RewritePlan:
     per_channel = frozenset(
         leaf.ref
         for leaf in region.leaves
-        if leaf.broadcast and leaf.ref != conv.name and _is_per_channel(graph, leaf.ref, rank)
+        if leaf.broadcast and leaf.ref != conv.name and graph.is_per_channel(leaf.ref, rank)
     )
     # unsupported epilogue ops and names raise here, so `check` and `emit` agree
     phase_kernel_source(region, conv.name, "probe_kernel", per_channel)
@@ -209,13 +209,6 @@ def _epilogue(graph: OpGraph, conv: OpNode) -> Region:
     if leaf is None or leaf.broadcast:
         raise NotApplicable(f"the epilogue does not read the {conv.op} output at the output's shape")
     return region
-
-
-def _is_per_channel(graph: OpGraph, name: str, rank: int) -> bool:
-    """A `(C, 1, 1)`-like operand: right-aligned against the output, only its channel dim is not 1."""
-    shape = graph.shape_of(name)
-    padded = (1,) * (rank - len(shape)) + shape
-    return len(padded) == rank and [d for d, size in enumerate(padded) if size != 1] == [1]
 
 
 def _forward_body(plan: RewritePlan, launcher_name: str) -> tuple[str, ...]:
