@@ -315,3 +315,14 @@ def _warps_name(kernel_name: str) -> str:
 
 def uses_broadcast(region: Region) -> bool:
     return any(leaf.broadcast for leaf in region.leaves)
+
+
+def flat_broadcast(leaf: Leaf, per_channel: frozenset[str]) -> bool:
+    """A broadcast leaf that a kernel reads through `(flat_index // inner) % size` (broadcast_layout), not
+    as a per-channel vector."""
+    return leaf.broadcast and leaf.ref not in per_channel
+
+
+def layout_params(leaf: Leaf) -> str:
+    """The kernel parameters (and launcher arguments) carrying a flat broadcast leaf's layout."""
+    return f"{leaf.arg}_inner, {leaf.arg}_size"

@@ -13,7 +13,13 @@ operands at the flat NCHW index through the launcher-computed `(inner, size)` of
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
-from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, operand_renderer, region_body
+from htam_graph.rules.codegen.fused_elementwise import (
+    Region,
+    flat_broadcast,
+    layout_params,
+    operand_renderer,
+    region_body,
+)
 
 __all__ = ["layout_kernel_source", "layout_launcher_source", "layout_constants"]
 
@@ -44,7 +50,7 @@ def layout_kernel_source(
     render = operand_renderer(vars_, scalar_args)
 
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "C", "S", "n_tiles_s", "n_tiles_c"]
-    params += [_layout_params(leaf) for leaf in region.leaves if _flat_broadcast(leaf, per_channel)]
+    params += [layout_params(leaf) for leaf in region.leaves if flat_broadcast(leaf, per_channel)]
     params += [s.arg for s in region.scalars]
     params += ["Y_CHANNELS_LAST: tl.constexpr", "BLOCK_S: tl.constexpr", "BLOCK_C: tl.constexpr"]
     params += ["INDEX_64: tl.constexpr"]
@@ -153,7 +159,7 @@ def layout_launcher_source(
         "    index_64 = out.numel() + pad > 2**31 - 1",
     ]
     args = [*tensors, "out", "channels", "spatial", "n_tiles_s", "n_tiles_c"]
-    args += [_layout_params(leaf) for leaf in region.leaves if _flat_broadcast(leaf, per_channel)]
+    args += [layout_params(leaf) for leaf in region.leaves if flat_broadcast(leaf, per_channel)]
     args += [s.arg for s in region.scalars]
     lines += [
         f"    {kernel_name}[grid](",
@@ -167,12 +173,3 @@ def layout_launcher_source(
         "    return out",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _flat_broadcast(leaf: Leaf, per_channel: frozenset[str]) -> bool:
-    """A broadcast leaf read through `(nchw // inner) % size`."""
-    return leaf.broadcast and leaf.ref not in per_channel
-
-
-def _layout_params(leaf: Leaf) -> str:
-    return f"{leaf.arg}_inner, {leaf.arg}_size"

@@ -25,7 +25,13 @@ Per-channel operands are read at the row's channel; other broadcast operands at 
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
-from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, operand_renderer, region_body
+from htam_graph.rules.codegen.fused_elementwise import (
+    Region,
+    flat_broadcast,
+    layout_params,
+    operand_renderer,
+    region_body,
+)
 
 __all__ = [
     "PHASE_SLOTS",
@@ -126,7 +132,7 @@ def phase_kernel_source(
     for j in range(PHASE_SLOTS):
         params += [f"phase{j}_ptr", ", ".join(f"phase{j}_{s}" for s in _SLOT_STRIDES)]
     params += ["C", "M1", "M2", "L1", "L2", "L3", "r1", "r2", "s1", "s2", "n_rows", "n_tiles_w"]
-    params += [_layout_params(leaf) for leaf in others if _flat_broadcast(leaf, per_channel)]
+    params += [layout_params(leaf) for leaf in others if flat_broadcast(leaf, per_channel)]
     params += [s.arg for s in region.scalars]
     params += ["S3: tl.constexpr", "HAS_BIAS: tl.constexpr", "BLOCK_R: tl.constexpr", "BLOCK_W: tl.constexpr"]
     params += ["INDEX_64: tl.constexpr"]
@@ -287,7 +293,7 @@ def phase_launcher_source(
         ["*slot_args"],
     ]
     args += [["channels", "m1", "m2", "*sizes", "r1", "r2", "steps[0]", "steps[1]", "n_rows", "n_tiles_w"]]
-    args += [[_layout_params(leaf) for leaf in others if _flat_broadcast(leaf, per_channel)]]
+    args += [[layout_params(leaf) for leaf in others if flat_broadcast(leaf, per_channel)]]
     args += [[s.arg for s in region.scalars]]
     args = [group for group in args if group]
     lines += [
@@ -303,12 +309,3 @@ def phase_launcher_source(
         "    return out",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _flat_broadcast(leaf: Leaf, per_channel: frozenset[str]) -> bool:
-    """A broadcast leaf read through `(out_index // inner) % size`."""
-    return leaf.broadcast and leaf.ref not in per_channel
-
-
-def _layout_params(leaf: Leaf) -> str:
-    return f"{leaf.arg}_inner, {leaf.arg}_size"
