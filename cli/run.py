@@ -223,7 +223,8 @@ def run(
                             as step_N.reply.md and run the same command again to continue at that step
       batch:anthropic[:M]   awaited requests sent as one Message Batches job (half price), polled
       batch:openai:MODEL    the same through the OpenAI Batch API
-      replay:FILE           recorded replies (--record FILE writes such a file from any backend)
+      replay:FILE           recorded replies (--record FILE writes such a file from any backend); each
+                            step takes the direction and strategy the recorded run took there
     """
     from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
     from htam_graph.rules.autotune import default_cache_dir
