@@ -56,7 +56,7 @@ neo4j_log=$(mktemp)
 set +e
 .venv/bin/python -m pytest -q -m "$DEFAULT_MARKS and neo4j" tests "$@" >"$neo4j_log" 2>&1 &
 neo4j_pid=$!
-.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" -m "$DEFAULT_MARKS and not neo4j" tests "$@"
+.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --durations=25 -m "$DEFAULT_MARKS and not neo4j" tests "$@"
 rc_main=$?
 wait "$neo4j_pid"
 rc_neo4j=$?

@@ -32,7 +32,16 @@ def test_notebook_executes_on_the_sample_bench(monkeypatch: pytest.MonkeyPatch, 
     # ipykernel's native spec: the kernel runs this interpreter, so it imports the htam_graph under test;
     # over unix sockets (ipc) in tmp_path, not TCP ports.
     km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
-    client = NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    # A loaded machine can deliver a cell's printed output after its reply: wait for it (nbclient's default of
+    # 4 s drops it silently) and fail loudly rather than check a notebook with missing output.
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=300,
+        iopub_timeout=120,
+        raise_on_iopub_timeout=True,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
     client.execute()
     text = outputs_text(nb)
     assert "SYNTHETIC" in text

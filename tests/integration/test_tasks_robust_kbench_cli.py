@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from htam_graph.cli.main import _register, cli
 from htam_graph.settings import Settings
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "robust_kbench"
+_load = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
+small_sample = _load("robust_kbench_small").small_sample
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,11 +59,22 @@ def test_malformed_folder_is_one_line_exit_1(htam_settings: Settings, tmp_path: 
 
 
 def test_bench_runs_a_robust_kbench_path(htam_settings: Settings, tmp_path: Path) -> None:
-    """One rules step at smoke sizes on the CPU: the task is imported, run, and its row and report written.
+    """One rules step at smoke sizes on the CPU (the sample at test sizes): the task is imported, run, and its
+    row and report written.
     (Whether a rules recipe applies is the rules library's business; the evaluator side is tested in
     test_tasks_robust_kbench_eval.py.)"""
     out_dir = tmp_path / "bench"
-    args = ["bench", "--tasks", str(SAMPLE), "--steps", "1", "--device", "cpu", "--shape", "smoke"]
+    args = [
+        "bench",
+        "--tasks",
+        str(small_sample(tmp_path)),
+        "--steps",
+        "1",
+        "--device",
+        "cpu",
+        "--shape",
+        "smoke",
+    ]
     code, out = _invoke(htam_settings, *args, "--json", "--out", str(out_dir))
     assert code == 0, out
     rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -83,7 +97,7 @@ def _counts(settings: Settings) -> dict[str, int]:
 
 def test_transfer_study_on_the_h200_kernelbench_bank(htam_settings: Settings, tmp_path: Path) -> None:
     """The paper's cross-benchmark setting: the bank the H200 KernelBench bench learned (committed in results/),
-    imported, then the Robust-KBench task benched with --frozen-memory (the bank is read, never written) and
+    imported, then the Robust-KBench task (at test sizes) benched with --frozen-memory (the bank is read, never written) and
     then without (the run's attempts join the bank)."""
     code, out = _invoke(htam_settings, "memory", "import", str(H200_BANK))
     assert code == 0, out
@@ -93,7 +107,7 @@ def test_transfer_study_on_the_h200_kernelbench_bank(htam_settings: Settings, tm
     common = [
         "bench",
         "--tasks",
-        str(SAMPLE),
+        str(small_sample(tmp_path / "tasks")),
         "--steps",
         "1",
         "--device",

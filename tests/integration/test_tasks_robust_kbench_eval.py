@@ -1,6 +1,6 @@
 """A Robust-KBench task through the real SubprocessEvaluator (CPU, smoke sizes, Triton under the interpreter).
 
-The imported layernorm task declares its other configurations (batch sizes, init methods, feature shapes); the
+The imported layernorm task (the sample at test sizes, robust_kbench_small.py) declares its other configurations (batch sizes, init methods, feature shapes); the
 evaluator's `task_configs` check runs every one. A kernel that hard-codes one batch row is right at the default
 configuration (batch 1) only, and must be rejected naming the configuration it fails; the same kernel with
 the batch handled, and the reference itself, must pass.
@@ -8,6 +8,7 @@ the batch handled, and the reference itself, must pass.
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.model import ErrorKind, EvalRequest, Task
 from htam_graph.state import reference_as_candidate
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "robust_kbench"
+_load = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
+small_sample = _load("robust_kbench_small").small_sample
 
 KERNEL = '''
 import torch
@@ -70,8 +72,8 @@ ONE_ROW = KERNEL.replace("ROWS", "rows = 1  # bug: the whole batch normalised as
 
 
 @pytest.fixture(scope="module")
-def task() -> Task:
-    return scan(SAMPLE).tasks[0]
+def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return scan(small_sample(tmp_path_factory.mktemp("tasks"))).tasks[0]
 
 
 @pytest.fixture(scope="module")
