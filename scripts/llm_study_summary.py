@@ -143,21 +143,23 @@ def _per_task(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _exchanges(bench: Path, suffix: str) -> list[Path]:
+    """Every step's `request.md` or `reply.md`: kept in `candidates/` once evaluated, in `pending/` before."""
+    runs = "runs/*/*/seed_*"
+    return [*bench.glob(f"{runs}/candidates/step_*.{suffix}"), *bench.glob(f"{runs}/pending/step_*.{suffix}")]
+
+
 def _cost(bench: Path, price: str) -> str:
     usd_in, usd_out = (float(p) for p in price.split(","))
-    requests = sum(
-        len(p.read_text(encoding="utf-8")) for p in bench.glob("runs/*/*/seed_*/pending/*.request.md")
-    )
-    replies = sum(
-        len(p.read_text(encoding="utf-8")) for p in bench.glob("runs/*/*/seed_*/pending/*.reply.md")
-    )
-    count = len(list(bench.glob("runs/*/*/seed_*/pending/*.reply.md")))
-    tok_in, tok_out = requests / 4, replies / 4
+    requests = sum(len(p.read_text(encoding="utf-8")) for p in _exchanges(bench, "request.md"))
+    replies = _exchanges(bench, "reply.md")
+    reply_chars = sum(len(p.read_text(encoding="utf-8")) for p in replies)
+    tok_in, tok_out = requests / 4, reply_chars / 4
     usd = tok_in / 1e6 * usd_in + tok_out / 1e6 * usd_out
     return (
-        f"{count} replies: {requests:,} request characters (~{tok_in / 1e3:.0f} k input tokens), "
-        f"{replies:,} reply characters (~{tok_out / 1e3:.0f} k output tokens); at ${usd_in:g} / ${usd_out:g} per "
-        f"million input / output tokens: ${usd:.2f}."
+        f"{len(replies)} replies: {requests:,} request characters (~{tok_in / 1e3:.0f} k input tokens), "
+        f"{reply_chars:,} reply characters (~{tok_out / 1e3:.0f} k output tokens); at ${usd_in:g} / ${usd_out:g} "
+        f"per million input / output tokens: ${usd:.2f}."
     )
 
 

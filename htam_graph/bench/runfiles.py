@@ -1,6 +1,7 @@
 """The folder of one run (`run --out`, a bench's `runs/<task>/<policy>/seed_<n>/`), written as the run goes.
 
-- `candidates/step_N.py`: each candidate; `candidates/step_N.reply.md`: the model's raw reply beside it;
+- `candidates/step_N.py`: each candidate; `candidates/step_N.reply.md`: the model's raw reply beside it, and
+  `candidates/step_N.request.md` the request it answered when it came through `pending/` (the whole exchange);
 - `trajectory.json`: one row per step, rewritten after every step (what a cut run resumes from);
 - `pending/`: the request of a step awaiting its reply (`htam_graph.llm.pending`);
 - `run.json` (`run` only): the configuration, so that `run --out` resumes only a run of the same one;
@@ -40,7 +41,8 @@ class RunFiles:
         return self.dir / PENDING_DIR
 
     def step(self, s: StepOutcome) -> None:
-        """Write step `s`: its candidate, its raw reply, its trajectory row; its pending files are done."""
+        """Write step `s`: its candidate, its raw reply (and request), its trajectory row; its pending files
+        are done."""
         if s.source is not None:
             (self.dir / "candidates" / f"step_{s.step}.py").write_text(s.source, encoding="utf-8")
         if s.generation is not None and s.generation.raw_text:
@@ -50,6 +52,9 @@ class RunFiles:
         _write_json(self.dir / "trajectory.json", self.steps)
         from htam_graph.llm.pending import clear_step
 
+        request = self.pending_dir / f"step_{s.step}.request.md"
+        if request.is_file():  # kept beside the reply: what the model was asked is part of the record
+            request.replace(self.dir / "candidates" / request.name)
         clear_step(self.pending_dir, s.step)
 
     def await_reply(self, result: RunResult, pending: PendingStep, config: dict[str, Any]) -> Path:

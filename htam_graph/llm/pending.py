@@ -9,7 +9,8 @@ A run that stops `awaiting_reply` at step N writes, in its folder's `pending/`:
 The reply goes to `step_N.reply.md` (the model's whole answer, as text), optionally with `step_N.reply.json`
 (`model`, `usage`, `finish_reason`: what a batch job reports). A request that failed for good (a batch result
 that errored) gets `step_N.reply.error` instead: the step is then recorded as an infrastructure failure. Once
-the step is done its pending files are removed (the reply is kept as `candidates/step_N.reply.md`).
+the step is done its pending files are removed (the reply and the request are kept as
+`candidates/step_N.reply.md` and `candidates/step_N.request.md`).
 """
 
 from __future__ import annotations

@@ -93,6 +93,7 @@ def test_files_stop_and_resume_at_each_pending_step_as_an_uninterrupted_run(
     assert [r["step"] for r in whole] == [1, 2, 3] and json.loads(stdout)["stopped_reason"] == "3 steps done"
 
     settings, out = graphs(), tmp_path / "later"
+    requests: dict[int, str] = {}
     for step in (1, 2, 3):
         code, stdout, stderr = invoke(settings, run_args("files", out))
         assert code == 0, stderr
@@ -116,6 +117,7 @@ def test_files_stop_and_resume_at_each_pending_step_as_an_uninterrupted_run(
         assert "<system>" in request and "<user>" in request and KEY in request
         assert len(trajectory(out)) == step - 1  # nothing of the awaited step is recorded yet
         assert not (out / "best.py").exists()
+        requests[step] = request
         reply.write_text(REPLIES[step - 1], encoding="utf-8")
     code, stdout, stderr = invoke(settings, run_args("files", out))
     assert code == 0, stderr
@@ -128,6 +130,9 @@ def test_files_stop_and_resume_at_each_pending_step_as_an_uninterrupted_run(
     for step in (1, 2, 3):
         saved = (out / "candidates" / f"step_{step}.reply.md").read_text(encoding="utf-8")
         assert saved == REPLIES[step - 1]
+        # the exchange stays whole: the request text is kept beside the reply
+        kept = (out / "candidates" / f"step_{step}.request.md").read_text(encoding="utf-8")
+        assert kept == requests[step]
 
 
 def test_a_replay_file_lacking_a_request_stops_and_resumes_once_the_reply_is_added(
