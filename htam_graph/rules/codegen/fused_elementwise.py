@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.triton_math import emit_op, render_literal
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value
 
@@ -187,41 +188,52 @@ def _leaf(
 
 
 # ------------------------------------------------------------------------------------------- emission
+# One program: BLOCK consecutive elements of the flat output, every operand loaded once, the ops in fp32.
+_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """Fused $describe: one program computes BLOCK consecutive output elements in fp32."""
+    pid = tl.program_id(0)
+    if INDEX_64:  # more than 2**31 elements: 64-bit offsets
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    $vector_hints
+    mask = offs < n_elements
+    # operands, each loaded once and widened to fp32
+    $loads
+    $body
+'''
+
+_VECTOR_HINTS = "offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)  # contiguous: vector loads"
+
+
 def kernel_source(region: Region, kernel_name: str, config: KernelConfig) -> tuple[str, frozenset[str]]:
     """The @triton.jit kernel text and the helper names it calls."""
     vars_: dict[str, str] = {leaf.ref: leaf.arg for leaf in region.leaves}
     scalar_args = {s.path: s.arg for s in region.scalars}
-
     render = operand_renderer(vars_, scalar_args)
-
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "n_elements"]
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in region.leaves if leaf.broadcast]
     params += [s.arg for s in region.scalars] + ["BLOCK: tl.constexpr", "INDEX_64: tl.constexpr"]
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """Fused {region.describe()}: one program computes BLOCK consecutive output elements in '
-        'fp32."""',
-        "    pid = tl.program_id(0)",
-        "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
-        "        pid = pid.to(tl.int64)",
-        "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
-    ]
-    if config.vector_hints:
-        lines.append(
-            "    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)  # contiguous: vector loads"
-        )
-    lines.append("    mask = offs < n_elements")
-    lines.append("    # operands, each loaded once and widened to fp32")
-    for leaf in region.leaves:
-        index = f"(offs // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "offs"
-        lines.append(
-            f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
-        )
+    loads = [_flat_load(leaf) for leaf in region.leaves]
     body, helpers = region_body(region, render, vars_, scalar_args, "offs")
-    return "\n".join(lines + body) + "\n", helpers
+    text = template.fill(
+        _KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in params],
+        describe=region.describe(),
+        vector_hints=_VECTOR_HINTS if config.vector_hints else "",
+        loads=loads,
+        body=body,
+    )
+    return text, helpers
+
+
+def _flat_load(leaf: Leaf) -> str:
+    index = f"(offs // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "offs"
+    return f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
 
 
 def region_body(
@@ -233,7 +245,8 @@ def region_body(
 ) -> tuple[list[str], frozenset[str]]:
     """The kernel lines that evaluate every node of `region` in fp32 (a comment naming each op, then
     `v_<name> = ...`, names recorded in `vars_`) and store the output at `out_ptr + out_index` under `mask`;
-    with the helper names the expressions call. Shared by every kernel that ends in an elementwise region."""
+    with the helper names the expressions call. The lines are unindented: the kernel's template places them.
+    Shared by every kernel that ends in an elementwise region."""
     lines: list[str] = []
     helpers: set[str] = set()
     for node in region.nodes:
@@ -241,60 +254,70 @@ def region_body(
         helpers |= emitted.helpers
         var = identifier(f"v_{node.name}", set(vars_.values()) | set(scalar_args.values()))
         vars_[node.name] = var
-        lines.append(f"    # {node.op}  ({node.origin})")
-        lines.append(f"    {var} = {emitted.expr}")
+        lines.append(f"# {node.op}  ({node.origin})")
+        lines.append(f"{var} = {emitted.expr}")
     result = vars_[region.output]
-    lines.append(f"    tl.store(out_ptr + {out_index}, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
+    lines.append(f"tl.store(out_ptr + {out_index}, {result}.to(out_ptr.dtype.element_ty), mask=mask)")
     return lines, frozenset(helpers)
 
 
+# The launcher: operands checked against the broadcast output shape, the output, one launch over it.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """Launch $kernel over the broadcast shape of the operands (sizes read at run time)."""
+    out_shape = torch.broadcast_shapes($shapes)
+    $operands
+    out = torch.empty(out_shape, device=$first.device, dtype=$first.dtype)
+    n_elements = out.numel()
+    if n_elements == 0:
+        return out
+    grid = (triton.cdiv(n_elements, $block),)
+    $kernel[grid](
+        $args,
+        BLOCK=$block,
+        INDEX_64=n_elements + $block > 2**31 - 1,
+        num_warps=$warps,
+    )
+    return out
+'''
+
+_FULL_SHAPE_CHECK = """\
+if $arg.shape != out_shape:
+    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
+"""
+
+
 def launcher_source(region: Region, launcher_name: str, kernel_name: str, config: KernelConfig) -> str:
-    (
-        """The Python function that allocates the output, computes the broadcast layouts and launches """
-        """the kernel."""
-    )
+    """The Python function that allocates the output, computes the broadcast layouts and launches the
+    kernel."""
     tensors = [leaf.arg for leaf in region.leaves]
-    signature = ", ".join(
-        [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
-    )
-    first_full = next(leaf.arg for leaf in region.leaves if not leaf.broadcast)
-    lines = [
-        f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name} over the broadcast shape of the operands (sizes read at run time)."""',
-        f"    out_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in tensors)})",
-    ]
-    for leaf in region.leaves:
-        if not leaf.broadcast:
-            lines.append(f"    if {leaf.arg}.shape != out_shape:")
-            lines.append(
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-                f'expected {{tuple(out_shape)}}")'
-            )
-        lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
-        if leaf.broadcast:
-            lines.append(
-                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
-            )
-    lines += [
-        f"    out = torch.empty(out_shape, device={first_full}.device, dtype={first_full}.dtype)",
-        "    n_elements = out.numel()",
-        "    if n_elements == 0:",
-        "        return out",
-        f"    grid = (triton.cdiv(n_elements, {_block_name(kernel_name)}),)",
-    ]
     args = [*tensors, "out", "n_elements"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in region.leaves if leaf.broadcast]
     args += [s.arg for s in region.scalars]
-    lines += [
-        f"    {kernel_name}[grid](",
-        f"        {', '.join(args)},",
-        f"        BLOCK={_block_name(kernel_name)},",
-        f"        INDEX_64=n_elements + {_block_name(kernel_name)} > 2**31 - 1,",
-        f"        num_warps={_warps_name(kernel_name)},",
-        "    )",
-        "    return out",
+    return template.fill(
+        _LAUNCHER,
+        name=launcher_name,
+        signature=", ".join(
+            [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
+        ),
+        kernel=kernel_name,
+        shapes=", ".join(t + ".shape" for t in tensors),
+        operands=[line for leaf in region.leaves for line in _prepare_operand(leaf)],
+        first=next(leaf.arg for leaf in region.leaves if not leaf.broadcast),
+        block=_block_name(kernel_name),
+        args=", ".join(args),
+        warps=_warps_name(kernel_name),
+    )
+
+
+def _prepare_operand(leaf: Leaf) -> list[str]:
+    """A full-shape operand's shape check, or a broadcast operand's layout; contiguous either way."""
+    if not leaf.broadcast:
+        return [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg), f"{leaf.arg} = {leaf.arg}.contiguous()"]
+    return [
+        f"{leaf.arg} = {leaf.arg}.contiguous()",
+        f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def launch_constants(kernel_name: str, config: KernelConfig) -> list[str]:

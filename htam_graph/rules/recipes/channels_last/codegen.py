@@ -13,7 +13,9 @@ operands at the flat NCHW index through the launcher-computed `(inner, size)` of
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import (
+    Leaf,
     Region,
     flat_broadcast,
     layout_params,
@@ -36,6 +38,36 @@ def layout_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     ]
 
 
+# The kernel: one program reads a [BLOCK_S, BLOCK_C] tile along the channels, writes it along the positions.
+_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """Reads the conv output channels-last, $what in fp32, writes contiguous NCHW.
+
+    One program: a [BLOCK_S, BLOCK_C] tile (spatial positions x channels) of one image.
+    """
+    pid = tl.program_id(0)
+    if INDEX_64:  # more than 2**31 elements: 64-bit offsets
+        pid = pid.to(tl.int64)
+    tile_s = pid % n_tiles_s
+    tile_c = (pid // n_tiles_s) % n_tiles_c
+    n = pid // (n_tiles_s * n_tiles_c)
+    s = tile_s * BLOCK_S + tl.arange(0, BLOCK_S)[:, None]  # flattened spatial position
+    c = tile_c * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]  # channel
+    mask = (s < S) & (c < C)
+    nchw = (n * C + c) * S + s  # flat index in the contiguous output (contiguous along s)
+    if Y_CHANNELS_LAST:
+        y_index = (n * S + s) * C + c  # channels innermost: contiguous along c
+    else:
+        y_index = nchw
+    # operands, each loaded once and widened to fp32
+    $loads
+    $body
+'''
+
+
 def layout_kernel_source(
     region: Region, conv_ref: str, kernel_name: str, per_channel: frozenset[str] = frozenset()
 ) -> tuple[str, frozenset[str]]:
@@ -46,55 +78,81 @@ def layout_kernel_source(
     """
     vars_: dict[str, str] = {leaf.ref: leaf.arg for leaf in region.leaves}
     scalar_args = {s.path: s.arg for s in region.scalars}
-
     render = operand_renderer(vars_, scalar_args)
-
     params = [f"{leaf.arg}_ptr" for leaf in region.leaves] + ["out_ptr", "C", "S", "n_tiles_s", "n_tiles_c"]
     params += [layout_params(leaf) for leaf in region.leaves if flat_broadcast(leaf, per_channel)]
     params += [s.arg for s in region.scalars]
     params += ["Y_CHANNELS_LAST: tl.constexpr", "BLOCK_S: tl.constexpr", "BLOCK_C: tl.constexpr"]
     params += ["INDEX_64: tl.constexpr"]
-    what = f"applies {region.describe()}" if region.nodes else "copies it"
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """Reads the conv output channels-last, {what} in fp32, writes contiguous NCHW.',
-        "",
-        "    One program: a [BLOCK_S, BLOCK_C] tile (spatial positions x channels) of one image.",
-        '    """',
-        "    pid = tl.program_id(0)",
-        "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
-        "        pid = pid.to(tl.int64)",
-        "    tile_s = pid % n_tiles_s",
-        "    tile_c = (pid // n_tiles_s) % n_tiles_c",
-        "    n = pid // (n_tiles_s * n_tiles_c)",
-        "    s = tile_s * BLOCK_S + tl.arange(0, BLOCK_S)[:, None]  # flattened spatial position",
-        "    c = tile_c * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]  # channel",
-        "    mask = (s < S) & (c < C)",
-        "    nchw = (n * C + c) * S + s  # flat index in the contiguous output (contiguous along s)",
-        "    if Y_CHANNELS_LAST:",
-        "        y_index = (n * S + s) * C + c  # channels innermost: contiguous along c",
-        "    else:",
-        "        y_index = nchw",
-        "    # operands, each loaded once and widened to fp32",
-    ]
-    for leaf in region.leaves:
-        mask = "mask"
-        if leaf.ref == conv_ref:
-            index = "y_index"
-        elif leaf.ref in per_channel:
-            index, mask = "c", "c < C"
-        elif leaf.broadcast:
-            index = f"(nchw // {leaf.arg}_inner) % {leaf.arg}_size"
-        else:
-            index = "nchw"
-        lines.append(
-            f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask={mask}, other=0.0).to(tl.float32)"
-        )
     body, helpers = region_body(region, render, vars_, scalar_args, "nchw")
-    return "\n".join(lines + body) + "\n", helpers
+    text = template.fill(
+        _KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in params],
+        what=f"applies {region.describe()}" if region.nodes else "copies it",
+        loads=[_operand_load(leaf, conv_ref, per_channel) for leaf in region.leaves],
+        body=body,
+    )
+    return text, helpers
+
+
+def _operand_load(leaf: Leaf, conv_ref: str, per_channel: frozenset[str]) -> str:
+    """The conv output at its (maybe channels-last) index, a per-channel operand at the channel, a broadcast
+    one through its layout, a full-shape one at the NCHW index."""
+    mask = "mask"
+    if leaf.ref == conv_ref:
+        index = "y_index"
+    elif leaf.ref in per_channel:
+        index, mask = "c", "c < C"
+    elif leaf.broadcast:
+        index = f"(nchw // {leaf.arg}_inner) % {leaf.arg}_size"
+    else:
+        index = "nchw"
+    return f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask={mask}, other=0.0).to(tl.float32)"
+
+
+# The launcher: the conv output's layout, operand checks, the NCHW output, tile shape and one launch.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """Launch $kernel: `$conv` may be channels-last; the result is contiguous."""
+    out_shape = torch.broadcast_shapes($shapes)
+    memory_format = torch.channels_last if $conv.dim() == 4 else torch.channels_last_3d
+    channels_last = $conv.is_contiguous(memory_format=memory_format)
+    if not channels_last:  # e.g. a CPU conv that returned NCHW: read it as such
+        $conv = $conv.contiguous()
+    $operands
+    out = torch.empty(out_shape, device=$conv.device, dtype=$conv.dtype)
+    if out.numel() == 0:
+        return out
+    n_images, channels, spatial = out.shape[0], out.shape[1], math.prod(out.shape[2:])
+    block_c = min(BLOCK_C_MAX_$stem, triton.next_power_of_2(channels))
+    block_s = max(BLOCK_$stem // block_c, 1)
+    n_tiles_s, n_tiles_c = triton.cdiv(spatial, block_s), triton.cdiv(channels, block_c)
+    grid = (n_images * n_tiles_s * n_tiles_c,)
+    # masked lanes of the last tiles index past the end: leave room for them in the int32 check
+    pad = (block_c + 1) * spatial + (block_s + 1) * channels + block_c
+    index_64 = out.numel() + pad > 2**31 - 1
+    $kernel[grid](
+        $args,
+        Y_CHANNELS_LAST=channels_last,
+        BLOCK_S=block_s,
+        BLOCK_C=block_c,
+        INDEX_64=index_64,
+        num_warps=NUM_WARPS_$stem,
+    )
+    return out
+'''
+
+_FULL_SHAPE_CHECK = """\
+if $arg.shape != out_shape:
+    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
+"""
+
+_PER_CHANNEL_CHECK = """\
+spatial_dims = $arg.shape[2 - len(out_shape) :]  # read at the channel index alone
+if $arg.dim() < len(out_shape) - 1 or $arg.numel() != out_shape[1] or any(d != 1 for d in spatial_dims):
+    raise ValueError(f"$arg is not per-channel: {tuple($arg.shape)}")
+"""
 
 
 def layout_launcher_source(
@@ -105,71 +163,33 @@ def layout_launcher_source(
     per_channel: frozenset[str] = frozenset(),
 ) -> str:
     """The Python function that checks layouts, allocates the NCHW output and launches the kernel."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
     conv_arg = next(leaf.arg for leaf in region.leaves if leaf.ref == conv_ref)
     tensors = [leaf.arg for leaf in region.leaves]
-    signature = ", ".join(
-        [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in region.scalars]
-    )
-    lines = [
-        f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name}: `{conv_arg}` may be channels-last; the result is contiguous."""',
-        f"    out_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in tensors)})",
-        f"    memory_format = torch.channels_last if {conv_arg}.dim() == 4 else torch.channels_last_3d",
-        f"    channels_last = {conv_arg}.is_contiguous(memory_format=memory_format)",
-        "    if not channels_last:  # e.g. a CPU conv that returned NCHW: read it as such",
-        f"        {conv_arg} = {conv_arg}.contiguous()",
-    ]
-    for leaf in region.leaves:
-        if not leaf.broadcast:
-            lines.append(f"    if {leaf.arg}.shape != out_shape:")
-            lines.append(
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-                f'expected {{tuple(out_shape)}}")'
-            )
-        if leaf.arg != conv_arg:
-            lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
-        if leaf.ref in per_channel:
-            lines.append(
-                f"    spatial_dims = {leaf.arg}.shape[2 - len(out_shape) :]  # read at the channel "
-                "index alone"
-            )
-            lines.append(
-                f"    if {leaf.arg}.dim() < len(out_shape) - 1 or {leaf.arg}.numel() != out_shape[1]"
-                " or any(d != 1 for d in spatial_dims):"
-            )
-            lines.append(
-                f'        raise ValueError(f"{leaf.arg} is not per-channel: {{tuple({leaf.arg}.shape)}}")'
-            )
-        elif leaf.broadcast:
-            lines.append(
-                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
-            )
-    lines += [
-        f"    out = torch.empty(out_shape, device={conv_arg}.device, dtype={conv_arg}.dtype)",
-        "    if out.numel() == 0:",
-        "        return out",
-        "    n_images, channels, spatial = out.shape[0], out.shape[1], math.prod(out.shape[2:])",
-        f"    block_c = min(BLOCK_C_MAX_{stem}, triton.next_power_of_2(channels))",
-        f"    block_s = max(BLOCK_{stem} // block_c, 1)",
-        "    n_tiles_s, n_tiles_c = triton.cdiv(spatial, block_s), triton.cdiv(channels, block_c)",
-        "    grid = (n_images * n_tiles_s * n_tiles_c,)",
-        "    # masked lanes of the last tiles index past the end: leave room for them in the int32 check",
-        "    pad = (block_c + 1) * spatial + (block_s + 1) * channels + block_c",
-        "    index_64 = out.numel() + pad > 2**31 - 1",
-    ]
+    scalars = region.scalars
     args = [*tensors, "out", "channels", "spatial", "n_tiles_s", "n_tiles_c"]
     args += [layout_params(leaf) for leaf in region.leaves if flat_broadcast(leaf, per_channel)]
-    args += [s.arg for s in region.scalars]
-    lines += [
-        f"    {kernel_name}[grid](",
-        f"        {', '.join(args)},",
-        "        Y_CHANNELS_LAST=channels_last,",
-        "        BLOCK_S=block_s,",
-        "        BLOCK_C=block_c,",
-        "        INDEX_64=index_64,",
-        f"        num_warps=NUM_WARPS_{stem},",
-        "    )",
-        "    return out",
-    ]
-    return "\n".join(lines) + "\n"
+    args += [s.arg for s in scalars]
+    return template.fill(
+        _LAUNCHER,
+        name=launcher_name,
+        signature=", ".join([f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in scalars]),
+        kernel=kernel_name,
+        conv=conv_arg,
+        shapes=", ".join(t + ".shape" for t in tensors),
+        operands=[line for leaf in region.leaves for line in _prepare_operand(leaf, conv_arg, per_channel)],
+        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        args=", ".join(args),
+    )
+
+
+def _prepare_operand(leaf: Leaf, conv_arg: str, per_channel: frozenset[str]) -> list[str]:
+    """The operand's shape check (full or per-channel) or its broadcast layout; contiguous (but the conv
+    output, whose layout the kernel reads as it is)."""
+    lines = [] if leaf.broadcast else [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg)]
+    if leaf.arg != conv_arg:
+        lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
+    if leaf.ref in per_channel:
+        lines.append(template.fill(_PER_CHANNEL_CHECK, arg=leaf.arg))
+    elif leaf.broadcast:
+        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
+    return lines

@@ -25,7 +25,9 @@ Per-channel operands are read at the row's channel; other broadcast operands at 
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import (
+    Leaf,
     Region,
     flat_broadcast,
     layout_params,
@@ -114,6 +116,67 @@ def phase_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     ]
 
 
+# The kernel: one program writes a [BLOCK_R, BLOCK_W] tile of whole output rows of one row phase.
+_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """Writes the output rows of row phase (r1, r2) in full: reads the conv result, adds the bias,
+    $what.
+
+    One program: BLOCK_R rows (n, c, m1, m2), i.e. output rows (n, c, r1 + s1 * m1, r2 + s2 * m2), x BLOCK_W
+    consecutive output positions o3. Position o3 is in phase r3 = o3 % S3 at m3 = o3 // S3: slot r3 holds
+    that phase's tensor y_(r1, r2, r3) (strides phase<r3>_*); slots >= S3 are never read.
+    """
+    pid = tl.program_id(0)
+    if INDEX_64:  # more than 2**31 elements: 64-bit offsets
+        pid = pid.to(tl.int64)
+    tile_w = pid % n_tiles_w
+    tile_r = pid // n_tiles_w
+    rows = tile_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    o3 = tile_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & (o3 < L3)[None, :]
+    # lanes past the last row repeat it (masked): every index they form stays inside the tensors
+    rows = tl.minimum(rows, n_rows - 1)
+    # the row decomposition is per row, not per element
+    m2 = rows % M2
+    t = rows // M2
+    m1 = t % M1
+    t = t // M1
+    c = t % C
+    n = t // C
+    r3 = o3 % S3  # S3 is a constexpr: a shift or a multiply, no runtime division
+    m3 = o3 // S3
+    out_row = ((n * C + c) * L1 + r1 + s1 * m1) * L2 + r2 + s2 * m2
+    out_index = out_row[:, None] * L3 + o3[None, :]  # contiguous along o3: full-sector stores
+    # the conv result: one load per phase slot, masked to the positions of that phase, so every element is
+    # read exactly once; slot 0 (S3 == 1: every position) first, then the slots < S3 (constexpr: pruned)
+    $slots
+    $conv = $conv.to(tl.float32)
+    if HAS_BIAS:  # the conv bias, added here once instead of in a pass of its own
+        $conv += tl.load(conv_bias_ptr + c, mask=row_mask, other=0.0).to(tl.float32)[:, None]
+    # operands, each loaded once and widened to fp32
+    $loads
+    $body
+'''
+
+# Phase slot j: the positions of phase r3 == j, read from that phase's tensor into the conv value.
+_SLOT = """\
+in_phase = (r3 == $j)[None, :]
+y_row = n * phase${j}_sn + c * phase${j}_sc + m1 * phase${j}_s1 + m2 * phase${j}_s2
+y_phase = tl.load(phase${j}_ptr + y_row[:, None] + (m3 * phase${j}_s3)[None, :], mask=mask & in_phase, \
+other=0.0)
+$merge
+"""
+
+_LATER_SLOT = """\
+if S3 > $j:
+    $slot
+"""
+
+
 def phase_kernel_source(
     region: Region, conv_ref: str, kernel_name: str, per_channel: frozenset[str]
 ) -> tuple[str, frozenset[str]]:
@@ -123,11 +186,23 @@ def phase_kernel_source(
     clash = (set(vars_.values()) | set(scalar_args.values())) & _RESERVED
     if clash:
         raise NotApplicable(f"operand names clash with the generated code's names: {sorted(clash)}")
-
     render = operand_renderer(vars_, scalar_args)
     others = [leaf for leaf in region.leaves if leaf.ref != conv_ref]
-    conv_arg = vars_[conv_ref]
+    body, helpers = region_body(region, render, vars_, scalar_args, "out_index")
+    text = template.fill(
+        _KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in _kernel_params(region, others, per_channel)],
+        what=f"applies {region.describe()} in fp32" if region.nodes else "copies it",
+        slots=_slot_loads(vars_[conv_ref]),
+        conv=vars_[conv_ref],
+        loads=[_operand_load(leaf, per_channel) for leaf in others],
+        body=body,
+    )
+    return text, helpers
 
+
+def _kernel_params(region: Region, others: list[Leaf], per_channel: frozenset[str]) -> list[str]:
     params = [f"{leaf.arg}_ptr" for leaf in others] + ["conv_bias_ptr", "out_ptr"]
     for j in range(PHASE_SLOTS):
         params += [f"phase{j}_ptr", ", ".join(f"phase{j}_{s}" for s in _SLOT_STRIDES)]
@@ -135,89 +210,91 @@ def phase_kernel_source(
     params += [layout_params(leaf) for leaf in others if flat_broadcast(leaf, per_channel)]
     params += [s.arg for s in region.scalars]
     params += ["S3: tl.constexpr", "HAS_BIAS: tl.constexpr", "BLOCK_R: tl.constexpr", "BLOCK_W: tl.constexpr"]
-    params += ["INDEX_64: tl.constexpr"]
-    what = f"applies {region.describe()} in fp32" if region.nodes else "copies it"
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        '    """Writes the output rows of row phase (r1, r2) in full: reads the conv result, adds the bias,',
-        f"    {what}.",
-        "",
-        "    One program: BLOCK_R rows (n, c, m1, m2), i.e. output rows (n, c, r1 + s1 * m1, "
-        "r2 + s2 * m2), x BLOCK_W",
-        "    consecutive output positions o3. Position o3 is in phase r3 = o3 % S3 at m3 = o3 // S3: "
-        "slot r3 holds",
-        "    that phase's tensor y_(r1, r2, r3) (strides phase<r3>_*); slots >= S3 are never read.",
-        '    """',
-        "    pid = tl.program_id(0)",
-        "    if INDEX_64:  # more than 2**31 elements: 64-bit offsets",
-        "        pid = pid.to(tl.int64)",
-        "    tile_w = pid % n_tiles_w",
-        "    tile_r = pid // n_tiles_w",
-        "    rows = tile_r * BLOCK_R + tl.arange(0, BLOCK_R)",
-        "    o3 = tile_w * BLOCK_W + tl.arange(0, BLOCK_W)",
-        "    row_mask = rows < n_rows",
-        "    mask = row_mask[:, None] & (o3 < L3)[None, :]",
-        "    # lanes past the last row repeat it (masked): every index they form stays inside the tensors",
-        "    rows = tl.minimum(rows, n_rows - 1)",
-        "    # the row decomposition is per row, not per element",
-        "    m2 = rows % M2",
-        "    t = rows // M2",
-        "    m1 = t % M1",
-        "    t = t // M1",
-        "    c = t % C",
-        "    n = t // C",
-        "    r3 = o3 % S3  # S3 is a constexpr: a shift or a multiply, no runtime division",
-        "    m3 = o3 // S3",
-        "    out_row = ((n * C + c) * L1 + r1 + s1 * m1) * L2 + r2 + s2 * m2",
-        "    out_index = out_row[:, None] * L3 + o3[None, :]  # contiguous along o3: full-sector stores",
-        "    # the conv result: one load per phase slot, masked to the positions of that phase, "
-        "so every element is",
-        "    # read exactly once; slot 0 (S3 == 1: every position) first, "
-        "then the slots < S3 (constexpr: pruned)",
-    ]
-    for j in range(PHASE_SLOTS):
-        slot = [
-            f"in_phase = (r3 == {j})[None, :]",
-            f"y_row = n * phase{j}_sn + c * phase{j}_sc + m1 * phase{j}_s1 + m2 * phase{j}_s2",
-            f"y_phase = tl.load(phase{j}_ptr + y_row[:, None] + (m3 * phase{j}_s3)[None, :], "
-            "mask=mask & in_phase, other=0.0)",
-        ]
-        if j == 0:
-            lines += [f"    {line}" for line in slot] + [f"    {conv_arg} = y_phase"]
-            continue
-        lines.append(f"    if S3 > {j}:")
-        lines += [f"        {line}" for line in slot] + [
-            f"        {conv_arg} = tl.where(in_phase, y_phase, {conv_arg})"
-        ]
-    lines += [
-        f"    {conv_arg} = {conv_arg}.to(tl.float32)",
-        "    if HAS_BIAS:  # the conv bias, added here once instead of in a pass of its own",
-        f"        {conv_arg} += tl.load(conv_bias_ptr + c, mask=row_mask, other=0.0).to(tl.float32)[:, None]",
-        "    # operands, each loaded once and widened to fp32",
-    ]
-    for leaf in others:
-        if leaf.ref in per_channel:
-            lines.append(
-                f"    {leaf.arg} = tl.load({leaf.arg}_ptr + c, mask=row_mask, "
-                "other=0.0).to(tl.float32)[:, None]"
+    return [*params, "INDEX_64: tl.constexpr"]
+
+
+def _slot_loads(conv: str) -> list[str]:
+    """Slot 0 sets the conv value; each later slot (compiled only below S3) merges its positions in."""
+    slots = [template.fill(_SLOT, j=0, merge=f"{conv} = y_phase")]
+    for j in range(1, PHASE_SLOTS):
+        slot = template.fill(_SLOT, j=j, merge=f"{conv} = tl.where(in_phase, y_phase, {conv})")
+        slots.append(template.fill(_LATER_SLOT, j=j, slot=slot))
+    return slots
+
+
+def _operand_load(leaf: Leaf, per_channel: frozenset[str]) -> str:
+    """A per-channel operand at the row's channel, a broadcast one through its layout, else at the output."""
+    if leaf.ref in per_channel:
+        return f"{leaf.arg} = tl.load({leaf.arg}_ptr + c, mask=row_mask, other=0.0).to(tl.float32)[:, None]"
+    index = f"(out_index // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "out_index"
+    return f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
+
+
+# The launcher: operand checks, the output, then one launch per row phase (r1, r2).
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """Launch $kernel once per row phase (r1, r2): each launch writes whole output rows."""
+    first = phases[0][1]
+    out_shape = torch.Size((first.shape[0], first.shape[1], *out_sizes))
+    $operands
+    out = torch.empty(out_shape, device=first.device, dtype=first.dtype)
+    if out.numel() == 0:
+        return out
+    lead = 3 - len(out_sizes)  # 1D and 2D convs are viewed as 3D with leading size-1 dims
+    sizes, steps = (1,) * lead + tuple(out_sizes), (1,) * lead + tuple(stride)
+    by_phase = {}
+    for phase, y in phases:  # 1D / 2D phase results gain the leading size-1 dims: (N, C, M1, M2, M3)
+        by_phase[(0,) * lead + tuple(phase)] = y[(slice(None), slice(None), *((None,) * lead))]
+    block = BLOCK_$stem
+    block_w = min(block, triton.next_power_of_2(sizes[2]))
+    block_r = max(block // block_w, 1)
+    n_tiles_w = triton.cdiv(sizes[2], block_w)
+    for r1 in range(min(steps[0], sizes[0])):
+        for r2 in range(min(steps[1], sizes[1])):
+            ys = row_phase_tensors(by_phase, r1, r2, sizes, steps)
+            slot_s3 = steps[2]
+            if slot_s3 > PHASE_SLOTS:  # more phases than the kernel has slots: interleave them first
+                ys, slot_s3 = [interleave_phases(ys, slot_s3, sizes[2])], 1
+            n_images, channels, m1, m2 = ys[0].shape[:4]
+            n_rows = n_images * channels * m1 * m2
+            grid = (triton.cdiv(n_rows, block_r) * n_tiles_w,)
+            # the kernel clamps rows; masked lanes past L3 reach at most block_w positions further
+            reach = max(
+                sum((size - 1) * abs(st) for size, st in zip(y.shape, y.stride()))
+                + (block_w + 1) * abs(y.stride(4))
+                for y in ys
             )
-            continue
-        index = f"(out_index // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else "out_index"
-        lines.append(
-            f"    {leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=mask, other=0.0).to(tl.float32)"
-        )
-    body, helpers = region_body(region, render, vars_, scalar_args, "out_index")
-    return "\n".join(lines + body) + "\n", helpers
+            index_64 = max(out.numel() + block_w, reach) > 2**31 - 1
+            # spare slots repeat the last phase tensor, never read: compiled out past S3, masked off past L3
+            slots = [ys[min(j, len(ys) - 1)] for j in range(PHASE_SLOTS)]
+            slot_args = [a for y in slots for a in (y, *y.stride())]
+            $kernel[grid](
+                $args
+                S3=slot_s3,
+                HAS_BIAS=conv_bias is not None,
+                BLOCK_R=block_r,
+                BLOCK_W=block_w,
+                INDEX_64=index_64,
+                num_warps=NUM_WARPS_$stem,
+            )
+    return out
+'''
+
+_FULL_SHAPE_CHECK = """\
+if $arg.shape != out_shape:
+    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
+"""
+
+_PER_CHANNEL_CHECK = """\
+if $arg.numel() != out_shape[1] or any(d != 1 for d in $arg.shape[2 - len(out_shape) :]):
+    raise ValueError(f"$arg is not per-channel: {tuple($arg.shape)}")
+"""
 
 
 def phase_launcher_source(
     region: Region, conv_ref: str, launcher_name: str, kernel_name: str, per_channel: frozenset[str]
 ) -> str:
     """The Python function that allocates the output and launches the kernel once per row phase (r1, r2)."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
     others = [leaf for leaf in region.leaves if leaf.ref != conv_ref]
     signature = ", ".join(
         ["phases: list[tuple[tuple[int, ...], torch.Tensor]]", "out_sizes: tuple[int, ...]"]
@@ -225,87 +302,35 @@ def phase_launcher_source(
         + [f"{leaf.arg}: torch.Tensor" for leaf in others]
         + [f"{s.arg}: float" for s in region.scalars]
     )
-    lines = [
-        f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name} once per row phase (r1, r2): each launch writes whole output rows."""',
-        "    first = phases[0][1]",
-        "    out_shape = torch.Size((first.shape[0], first.shape[1], *out_sizes))",
-    ]
-    for leaf in others:
-        if not leaf.broadcast:
-            lines.append(f"    if {leaf.arg}.shape != out_shape:")
-            lines.append(
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-                f'expected {{tuple(out_shape)}}")'
-            )
-        lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
-        if leaf.ref in per_channel:
-            lines.append(
-                f"    if {leaf.arg}.numel() != out_shape[1] or any(d != 1 for d in {leaf.arg}.shape[2 "
-                "- len(out_shape) :]):"
-            )
-            lines.append(
-                f'        raise ValueError(f"{leaf.arg} is not per-channel: {{tuple({leaf.arg}.shape)}}")'
-            )
-        elif leaf.broadcast:
-            lines.append(
-                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
-            )
-    lines += [
-        "    out = torch.empty(out_shape, device=first.device, dtype=first.dtype)",
-        "    if out.numel() == 0:",
-        "        return out",
-        "    lead = 3 - len(out_sizes)  # 1D and 2D convs are viewed as 3D with leading size-1 dims",
-        "    sizes, steps = (1,) * lead + tuple(out_sizes), (1,) * lead + tuple(stride)",
-        "    by_phase = {}",
-        "    for phase, y in phases:  # 1D / 2D phase results gain the leading size-1 dims: (N, C, "
-        "M1, M2, M3)",
-        "        by_phase[(0,) * lead + tuple(phase)] = y[(slice(None), slice(None), *((None,) * lead))]",
-        f"    block = BLOCK_{stem}",
-        "    block_w = min(block, triton.next_power_of_2(sizes[2]))",
-        "    block_r = max(block // block_w, 1)",
-        "    n_tiles_w = triton.cdiv(sizes[2], block_w)",
-        "    for r1 in range(min(steps[0], sizes[0])):",
-        "        for r2 in range(min(steps[1], sizes[1])):",
-        "            ys = row_phase_tensors(by_phase, r1, r2, sizes, steps)",
-        "            slot_s3 = steps[2]",
-        "            if slot_s3 > PHASE_SLOTS:  # more phases than the kernel has slots: interleave "
-        "them first",
-        "                ys, slot_s3 = [interleave_phases(ys, slot_s3, sizes[2])], 1",
-        "            n_images, channels, m1, m2 = ys[0].shape[:4]",
-        "            n_rows = n_images * channels * m1 * m2",
-        "            grid = (triton.cdiv(n_rows, block_r) * n_tiles_w,)",
-        "            # the kernel clamps rows; masked lanes past L3 reach at most block_w positions further",
-        "            reach = max(",
-        "                sum((size - 1) * abs(st) for size, st in zip(y.shape, y.stride()))",
-        "                + (block_w + 1) * abs(y.stride(4))",
-        "                for y in ys",
-        "            )",
-        "            index_64 = max(out.numel() + block_w, reach) > 2**31 - 1",
-        "            # spare slots repeat the last phase tensor, never read: compiled out past S3, "
-        "masked off past L3",
-        "            slots = [ys[min(j, len(ys) - 1)] for j in range(PHASE_SLOTS)]",
-        "            slot_args = [a for y in slots for a in (y, *y.stride())]",
-    ]
-    # one line per group of kernel arguments
-    args = [
+    return template.fill(
+        _LAUNCHER,
+        name=launcher_name,
+        signature=signature,
+        kernel=kernel_name,
+        operands=[line for leaf in others for line in _prepare_operand(leaf, per_channel)],
+        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        args=_launch_args(region, others, per_channel),
+    )
+
+
+def _prepare_operand(leaf: Leaf, per_channel: frozenset[str]) -> list[str]:
+    """The operand's shape check (full or per-channel) or its broadcast layout; contiguous either way."""
+    lines = [] if leaf.broadcast else [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg)]
+    lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
+    if leaf.ref in per_channel:
+        lines.append(template.fill(_PER_CHANNEL_CHECK, arg=leaf.arg))
+    elif leaf.broadcast:
+        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
+    return lines
+
+
+def _launch_args(region: Region, others: list[Leaf], per_channel: frozenset[str]) -> list[str]:
+    """The kernel's arguments, one line per group."""
+    groups = [
         [leaf.arg for leaf in others] + ["ys[0] if conv_bias is None else conv_bias", "out"],
         ["*slot_args"],
+        ["channels", "m1", "m2", "*sizes", "r1", "r2", "steps[0]", "steps[1]", "n_rows", "n_tiles_w"],
+        [layout_params(leaf) for leaf in others if flat_broadcast(leaf, per_channel)],
+        [s.arg for s in region.scalars],
     ]
-    args += [["channels", "m1", "m2", "*sizes", "r1", "r2", "steps[0]", "steps[1]", "n_rows", "n_tiles_w"]]
-    args += [[layout_params(leaf) for leaf in others if flat_broadcast(leaf, per_channel)]]
-    args += [[s.arg for s in region.scalars]]
-    args = [group for group in args if group]
-    lines += [
-        f"            {kernel_name}[grid](",
-        *(f"                {', '.join(group)}," for group in args),
-        "                S3=slot_s3,",
-        "                HAS_BIAS=conv_bias is not None,",
-        "                BLOCK_R=block_r,",
-        "                BLOCK_W=block_w,",
-        "                INDEX_64=index_64,",
-        f"                num_warps=NUM_WARPS_{stem},",
-        "            )",
-        "    return out",
-    ]
-    return "\n".join(lines) + "\n"
+    return [f"{', '.join(group)}," for group in groups if group]
