@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, Scalar, operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 
@@ -93,6 +94,47 @@ def depthwise_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     ]
 
 
+# The kernel: one program accumulates a [BLOCK_H, BLOCK_W] output tile over the unrolled taps, then the bias
+# and the epilogue in registers, and stores the tile once.
+_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """Depthwise conv (+ bias$what) in fp32: one program, a [BLOCK_H, BLOCK_W] output tile.
+
+    Output channel co reads input channel co // MULT; taps, stride, padding, dilation are constexpr.
+    """
+    pid_rows = tl.program_id(0)  # (n, co, block of output rows), decomposed once as scalars
+    pid_cols = tl.program_id(1)  # block of BLOCK_W consecutive output columns
+    h_block = pid_rows % n_h_blocks
+    plane = pid_rows // n_h_blocks  # n * C_OUT + co
+    co = plane % C_OUT
+    n = plane // C_OUT
+    x_plane = x_ptr + (n * C_IN + co // MULT).to(tl.int64) * (H * W)  # 64-bit plane bases
+    out_base = plane.to(tl.int64) * (OH * OW)
+    w_base = w_ptr + co * (KH * KW)
+    oh = h_block * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]
+    ow = pid_cols * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]
+    out_mask = (oh < OH) & (ow < OW)
+    acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)
+    for kh in tl.static_range(KH):
+        ih = oh * SH + (kh * DH - PH)
+        row_ok = (ih >= 0) & (ih < H)  # rows of the zero padding are never read
+        for kw in tl.static_range(KW):
+            iw = ow * SW + (kw * DW - PW)
+            tap_ok = row_ok & (iw >= 0) & (iw < W)
+            w_tap = tl.load(w_base + (kh * KW + kw)).to(tl.float32)  # one scalar per program
+            x_tap = tl.load(x_plane + (ih * W + iw), mask=tap_ok, other=0.0).to(tl.float32)
+            acc += x_tap * w_tap
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + co).to(tl.float32)
+    out_offs = out_base + (oh * OW + ow)
+    $epilogue
+    tl.store(out_ptr + out_offs, $result.to(out_ptr.dtype.element_ty), mask=out_mask)
+'''
+
+
 def depthwise_kernel_source(code: DepthwiseCode, kernel_name: str) -> tuple[str, frozenset[str]]:
     """The @triton.jit kernel text and the helper names it calls. Raises NotApplicable on unsupported ops."""
     vars_: dict[str, str] = {code.conv_ref: "acc"}
@@ -102,56 +144,25 @@ def depthwise_kernel_source(code: DepthwiseCode, kernel_name: str) -> tuple[str,
     params += ["C_IN", "H", "W", "C_OUT", "OH", "OW", "n_h_blocks", *scalar_args.values()]
     constexprs = "MULT KH KW SH SW PH PW DH DW HAS_BIAS BLOCK_H BLOCK_W".split()
     params += [f"{name}: tl.constexpr" for name in constexprs]
-    what = f", then {code.region.describe()}" if code.region is not None else ""
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """Depthwise conv (+ bias{what}) in fp32: one program, a [BLOCK_H, BLOCK_W] output tile.',
-        "",
-        "    Output channel co reads input channel co // MULT; taps, stride, padding, "
-        "dilation are constexpr.",
-        '    """',
-        "    pid_rows = tl.program_id(0)  # (n, co, block of output rows), decomposed once as scalars",
-        "    pid_cols = tl.program_id(1)  # block of BLOCK_W consecutive output columns",
-        "    h_block = pid_rows % n_h_blocks",
-        "    plane = pid_rows // n_h_blocks  # n * C_OUT + co",
-        "    co = plane % C_OUT",
-        "    n = plane // C_OUT",
-        "    x_plane = x_ptr + (n * C_IN + co // MULT).to(tl.int64) * (H * W)  # 64-bit plane bases",
-        "    out_base = plane.to(tl.int64) * (OH * OW)",
-        "    w_base = w_ptr + co * (KH * KW)",
-        "    oh = h_block * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]",
-        "    ow = pid_cols * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
-        "    out_mask = (oh < OH) & (ow < OW)",
-        "    acc = tl.zeros((BLOCK_H, BLOCK_W), dtype=tl.float32)",
-        "    for kh in tl.static_range(KH):",
-        "        ih = oh * SH + (kh * DH - PH)",
-        "        row_ok = (ih >= 0) & (ih < H)  # rows of the zero padding are never read",
-        "        for kw in tl.static_range(KW):",
-        "            iw = ow * SW + (kw * DW - PW)",
-        "            tap_ok = row_ok & (iw >= 0) & (iw < W)",
-        "            w_tap = tl.load(w_base + (kh * KW + kw)).to(tl.float32)  # one scalar per program",
-        "            x_tap = tl.load(x_plane + (ih * W + iw), mask=tap_ok, other=0.0).to(tl.float32)",
-        "            acc += x_tap * w_tap",
-        "    if HAS_BIAS:",
-        "        acc += tl.load(b_ptr + co).to(tl.float32)",
-        "    out_offs = out_base + (oh * OW + ow)",
-    ]
-    helpers = _epilogue_lines(code, vars_, scalar_args, lines)
-    result = vars_[code.region.output] if code.region is not None else "acc"
-    lines.append(f"    tl.store(out_ptr + out_offs, {result}.to(out_ptr.dtype.element_ty), mask=out_mask)")
-    return "\n".join(lines) + "\n", helpers
+    epilogue, helpers = _epilogue_lines(code, vars_, scalar_args)
+    text = template.fill(
+        _KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in params],
+        what=f", then {code.region.describe()}" if code.region is not None else "",
+        epilogue=epilogue,
+        result=vars_[code.region.output] if code.region is not None else "acc",
+    )
+    return text, helpers
 
 
 def _epilogue_lines(
-    code: DepthwiseCode, vars_: dict[str, str], scalar_args: dict[str, str], lines: list[str]
-) -> frozenset[str]:
-    """Append the epilogue's operand loads and ops to `lines`; returns the helper names they call."""
+    code: DepthwiseCode, vars_: dict[str, str], scalar_args: dict[str, str]
+) -> tuple[list[str], frozenset[str]]:
+    """The epilogue's operand loads and ops, and the helper names they call."""
     if code.region is None:
-        return frozenset()
-    lines.append("    # elementwise epilogue in registers: operands loaded once, widened to fp32")
+        return [], frozenset()
+    lines = ["# elementwise epilogue in registers: operands loaded once, widened to fp32"]
     for leaf in code.leaves():
         ptr = f"ep_{leaf.arg}_ptr"
         if leaf.ref in code.per_channel:
@@ -160,33 +171,86 @@ def _epilogue_lines(
             load = f"tl.load({ptr})"
         else:
             load = f"tl.load({ptr} + out_offs, mask=out_mask, other=0.0)"
-        lines.append(f"    ep_{leaf.arg} = {load}.to(tl.float32)")
-    return _emit_nodes(code.region, vars_, scalar_args, lines)
+        lines.append(f"ep_{leaf.arg} = {load}.to(tl.float32)")
+    helpers: set[str] = set()
+    lines += _emit_nodes(code.region, vars_, scalar_args, helpers)
+    return lines, frozenset(helpers)
 
 
 def _emit_nodes(
-    region: Region, vars_: dict[str, str], scalar_args: dict[str, str], lines: list[str]
-) -> frozenset[str]:
-    """Append one line per epilogue node to `lines`; returns the helper names the expressions call."""
+    region: Region, vars_: dict[str, str], scalar_args: dict[str, str], helpers: set[str]
+) -> list[str]:
+    """One comment and one line per epilogue node; adds the helper names the expressions call."""
     local = dict(vars_)
-
     render = operand_renderer(local, scalar_args)
-
-    helpers: set[str] = set()
+    lines = []
     for i, node in enumerate(region.nodes):
         emitted = emit_op(node, render)
         helpers |= emitted.helpers
         var = f"v{i}_{node.op}"
         local[node.name] = var
-        lines.append(f"    # {node.op}  ({node.origin})")
-        lines.append(f"    {var} = {emitted.expr}")
+        lines += [f"# {node.op}  ({node.origin})", f"{var} = {emitted.expr}"]
     vars_.update(local)
-    return frozenset(helpers)
+    return lines
+
+
+# The launcher: the conv parameters of the call, the depthwise checks, the plane geometry, one launch.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """Launch $kernel: the conv parameters are the module's (or the call's), read per call."""
+    nd = $nd
+    if padding_mode != "zeros":
+        raise ValueError(f"padding_mode={padding_mode!r}: only zero padding is implemented")
+    if x.dim() != nd + 2 or weight.dim() != nd + 2:
+        raise ValueError(f"expected {nd}-d conv tensors, got x {tuple(x.shape)}, \
+weight {tuple(weight.shape)}")
+    n_images, c_in, c_out = x.shape[0], x.shape[1], weight.shape[0]
+    if groups != c_in or weight.shape[1] != 1 or c_out % c_in:
+        raise ValueError(f"not a depthwise conv: groups={groups}, input channels {c_in}, weight \
+{tuple(weight.shape)}")
+    kernel = tuple(weight.shape[2:])
+    stride, dilation = conv_tuple(stride, nd), conv_tuple(dilation, nd)
+    in_sizes = tuple(x.shape[2:])
+    pads, out_sizes = conv_geometry(padding, in_sizes, kernel, stride, dilation)
+    plane_in, plane_out = in_sizes, out_sizes
+    if nd == 1:  # a 1D conv is a 2D conv over planes of height 1 (one tap, no padding along it)
+        kernel, stride, pads, dilation = (1, *kernel), (1, *stride), (0, *pads), (1, *dilation)
+        plane_in, plane_out = (1, *in_sizes), (1, *out_sizes)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, pads, dilation
+    (in_h, in_w), (out_h, out_w) = plane_in, plane_out
+    x = x.contiguous()  # no copy for the usual contiguous input
+    weight = weight.contiguous()  # C_out * K taps: negligible
+    out = torch.empty((n_images, c_out, *out_sizes), device=x.device, dtype=x.dtype)
+    $operand_checks
+    if out.numel() == 0:
+        return out
+    block_w = min(triton.next_power_of_2(out_w), BLOCK_$stem if out_h == 1 else BLOCK_W_MAX_$stem)
+    block_h = min(triton.next_power_of_2(out_h), max(BLOCK_$stem // block_w, 1))
+    n_h_blocks, n_w_blocks = triton.cdiv(out_h, block_h), triton.cdiv(out_w, block_w)
+    # offsets inside one plane are 32-bit, masked lanes included; plane bases are 64-bit in the kernel
+    span_h = n_h_blocks * block_h * sh + kh * dh
+    span_w = n_w_blocks * block_w * sw + kw * dw
+    if max(span_h * (in_w + span_w), n_h_blocks * block_h * out_w + n_w_blocks * block_w) >= 2**31:
+        raise ValueError("one plane of this convolution is too large for 32-bit offsets")
+    grid = (n_images * c_out * n_h_blocks, n_w_blocks)
+    if grid[0] >= 2**31 or grid[1] >= 2**16:
+        raise ValueError(f"grid {grid} exceeds the launch limits")
+    $kernel[grid](
+        x, weight, bias if bias is not None else weight, ${tensors}out,
+        c_in, in_h, in_w, c_out, out_h, out_w, n_h_blocks,$scalars
+        MULT=c_out // c_in,
+        KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
+        HAS_BIAS=bias is not None,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        num_warps=NUM_WARPS_$stem,
+    )
+    return out
+'''
 
 
 def depthwise_launcher_source(code: DepthwiseCode, launcher_name: str, kernel_name: str) -> str:
     """The Python function that checks the conv is depthwise, allocates the output and launches the kernel."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
     leaves = [f"ep_{leaf.arg}" for leaf in code.leaves()]
     scalars = [f"sc_{s.arg}" for s in code.scalars()]
     signature = ", ".join(
@@ -203,86 +267,45 @@ def depthwise_launcher_source(code: DepthwiseCode, launcher_name: str, kernel_na
             *(f"{s}: float" for s in scalars),
         ]
     )
-    lines = [
-        f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name}: the conv parameters are the module\'s (or the call\'s), '
-        'read per call."""',
-        f"    nd = {code.nd}",
-        '    if padding_mode != "zeros":',
-        '        raise ValueError(f"padding_mode={padding_mode!r}: only zero padding is implemented")',
-        "    if x.dim() != nd + 2 or weight.dim() != nd + 2:",
-        '        raise ValueError(f"expected {nd}-d conv tensors, got x {tuple(x.shape)}, '
-        'weight {tuple(weight.shape)}")',
-        "    n_images, c_in, c_out = x.shape[0], x.shape[1], weight.shape[0]",
-        "    if groups != c_in or weight.shape[1] != 1 or c_out % c_in:",
-        '        raise ValueError(f"not a depthwise conv: groups={groups}, input channels {c_in}, '
-        'weight {tuple(weight.shape)}")',
-        "    kernel = tuple(weight.shape[2:])",
-        "    stride, dilation = conv_tuple(stride, nd), conv_tuple(dilation, nd)",
-        "    in_sizes = tuple(x.shape[2:])",
-        "    pads, out_sizes = conv_geometry(padding, in_sizes, kernel, stride, dilation)",
-        "    plane_in, plane_out = in_sizes, out_sizes",
-        "    if nd == 1:  # a 1D conv is a 2D conv over planes of height 1 (one tap, no padding along it)",
-        "        kernel, stride, pads, dilation = (1, *kernel), (1, *stride), (0, *pads), (1, *dilation)",
-        "        plane_in, plane_out = (1, *in_sizes), (1, *out_sizes)",
-        "    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, pads, dilation",
-        "    (in_h, in_w), (out_h, out_w) = plane_in, plane_out",
-        "    x = x.contiguous()  # no copy for the usual contiguous input",
-        "    weight = weight.contiguous()  # C_out * K taps: negligible",
-        "    out = torch.empty((n_images, c_out, *out_sizes), device=x.device, dtype=x.dtype)",
-    ]
-    for leaf, name in zip(code.leaves(), leaves, strict=True):
-        lines += _leaf_check(code, leaf, name)
-    lines += [
-        "    if out.numel() == 0:",
-        "        return out",
-        "    block_w = min(triton.next_power_of_2(out_w), "
-        f"BLOCK_{stem} if out_h == 1 else BLOCK_W_MAX_{stem})",
-        f"    block_h = min(triton.next_power_of_2(out_h), max(BLOCK_{stem} // block_w, 1))",
-        "    n_h_blocks, n_w_blocks = triton.cdiv(out_h, block_h), triton.cdiv(out_w, block_w)",
-        "    # offsets inside one plane are 32-bit, masked lanes included; plane bases are 64-bit in "
-        "the kernel",
-        "    span_h = n_h_blocks * block_h * sh + kh * dh",
-        "    span_w = n_w_blocks * block_w * sw + kw * dw",
-        "    if max(span_h * (in_w + span_w), n_h_blocks * block_h * out_w + n_w_blocks * block_w) >= 2**31:",
-        '        raise ValueError("one plane of this convolution is too large for 32-bit offsets")',
-        "    grid = (n_images * c_out * n_h_blocks, n_w_blocks)",
-        "    if grid[0] >= 2**31 or grid[1] >= 2**16:",
-        '        raise ValueError(f"grid {grid} exceeds the launch limits")',
-        f"    {kernel_name}[grid](",
-        "        x, weight, bias if bias is not None else weight, "
-        + "".join(f"{t}, " for t in leaves)
-        + "out,",
-        "        c_in, in_h, in_w, c_out, out_h, out_w, n_h_blocks," + "".join(f" {s}," for s in scalars),
-        "        MULT=c_out // c_in,",
-        "        KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,",
-        "        HAS_BIAS=bias is not None,",
-        "        BLOCK_H=block_h,",
-        "        BLOCK_W=block_w,",
-        f"        num_warps=NUM_WARPS_{stem},",
-        "    )",
-        "    return out",
-    ]
-    return "\n".join(lines) + "\n"
+    return template.fill(
+        _LAUNCHER,
+        name=launcher_name,
+        signature=signature,
+        kernel=kernel_name,
+        nd=code.nd,
+        operand_checks=[
+            template.fill(_leaf_check(code, leaf), name=name)
+            for leaf, name in zip(code.leaves(), leaves, strict=True)
+        ],
+        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        tensors="".join(f"{t}, " for t in leaves),
+        scalars="".join(f" {s}," for s in scalars),
+    )
 
 
-def _leaf_check(code: DepthwiseCode, leaf: Leaf, name: str) -> list[str]:
-    """Shape guard and layout of one epilogue operand (the kernel reads it as the analysis classified it)."""
+# Shape guard and layout of one epilogue operand (the kernel reads it as the analysis classified it).
+_PER_CHANNEL_CHECK = """\
+if $name.numel() != c_out or $name.dim() < nd + 1 or any(s != 1 for s in $name.shape[-nd:]):
+    raise ValueError(f"$name is not per-channel: {tuple($name.shape)}")
+$name = $name.contiguous()
+"""
+
+_ONE_ELEMENT_CHECK = """\
+if $name.numel() != 1:
+    raise ValueError(f"$name has {$name.numel()} elements, expected 1")
+"""
+
+_FULL_SHAPE_CHECK = """\
+if $name.shape != out.shape:
+    raise ValueError(f"$name has shape {tuple($name.shape)}, expected {tuple(out.shape)}")
+$name = $name.contiguous()
+"""
+
+
+def _leaf_check(code: DepthwiseCode, leaf: Leaf) -> str:
+    """The check template for how the kernel reads `leaf`."""
     if leaf.ref in code.per_channel:
-        return [
-            f"    if {name}.numel() != c_out or {name}.dim() < nd + 1 or any(s != 1 for s "
-            f"in {name}.shape[-nd:]):",
-            f'        raise ValueError(f"{name} is not per-channel: {{tuple({name}.shape)}}")',
-            f"    {name} = {name}.contiguous()",
-        ]
+        return _PER_CHANNEL_CHECK
     if leaf.ref in code.one_element:
-        return [
-            f"    if {name}.numel() != 1:",
-            f'        raise ValueError(f"{name} has {{{name}.numel()}} elements, expected 1")',
-        ]
-    return [
-        f"    if {name}.shape != out.shape:",
-        f'        raise ValueError(f"{name} has shape {{tuple({name}.shape)}}, '
-        f'expected {{tuple(out.shape)}}")',
-        f"    {name} = {name}.contiguous()",
-    ]
+        return _ONE_ELEMENT_CHECK
+    return _FULL_SHAPE_CHECK
