@@ -9,9 +9,11 @@ sum of squares) that also updates the running statistics in training mode, like 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.ops import Ref
@@ -92,68 +94,90 @@ def _render(ctx: _Ctx, step: RowStep) -> object:
 
 
 def _emit_step(ctx: _Ctx, step: RowStep) -> None:
+    """Append the lines computing one step (after a comment naming its op) and record its variable."""
     node = step.node
-    var = f"v_{node.name}"
-    src = ctx.vars.get(step.source, "")
-    s = step.stage
-    m = f"mask{s}"
     if step.action == "alias":
-        ctx.vars[node.name] = src
+        ctx.vars[node.name] = ctx.vars.get(step.source, "")
         return
     ctx.lines.append(f"# {node.op}  ({node.origin})")
-    if step.action == "ew":
-        emitted = emit_op(node, _render(ctx, step))  # type: ignore[arg-type]
-        ctx.helpers |= emitted.helpers
-        ctx.lines.append(f"{var} = {emitted.expr}")
-    elif step.action == "identity":
-        ctx.lines.append(f"{var} = {src}  # over size-1 dims: one element's {node.op} is itself")
-    elif step.action == "reduce":
-        ctx.lines += _reduce_lines(node.op, var, src, m, f"n{s}")
-    elif step.action == "softmax":
-        mx, e, den = ctx.fresh("row_max"), ctx.fresh("e"), ctx.fresh("den")
-        ctx.lines += [
-            f"{mx} = tl.max(tl.where({m}, {src}, {_NEG_INF}), axis=0)",
-            f"{e} = tl.where({m}, tl.exp({src} - {mx}), 0.0)",
-            f"{den} = tl.sum({e}, axis=0)",
-        ]
-        if node.op == "softmax":
-            ctx.lines.append(f"{var} = {e} / {den}")
-        else:
-            ctx.lines.append(f"{var} = {src} - {mx} - tl.log({den})")
-    elif step.action == "row_norm":
-        mean, d, rstd = ctx.fresh("mean"), ctx.fresh("centred"), ctx.fresh("rstd")
-        ctx.lines += [
-            f"{mean} = tl.sum(tl.where({m}, {src}, 0.0), axis=0) / n{s}",
-            f"{d} = tl.where({m}, {src} - {mean}, 0.0)",
-            f"{rstd} = 1.0 / tl.sqrt(tl.sum({d} * {d}, axis=0) / n{s} + {eps_arg(node.name)})  # "
-            "biased variance",
-            f"{var} = {d} * {rstd}",
-        ]
-        ctx.lines += _affine(ctx, step, var)
-    elif step.action == "batch_norm":
-        ctx.lines += [
-            f"{var} = ({src} - tl.load(bn_mean_ptr + cols0, mask=mask0, other=0.0))"
-            " * tl.load(bn_rstd_ptr + cols0, mask=mask0, other=0.0)"
-        ]
-        ctx.lines += _affine(ctx, step, var)
-    elif step.action == "pool":
-        k = f"POOL_K{s - 1}"
-        shape = f"[{_stage_block(ctx.plan, s)}, {k}]"
-        if node.op == "avg_pool1d":
-            ctx.lines.append(
-                f"{var} = tl.sum(tl.reshape(tl.where(mask{s - 1}, {src}, 0.0), {shape}), axis=1) / {k}"
-            )
-        else:
-            ctx.lines.append(
-                f"{var} = tl.max(tl.reshape(tl.where(mask{s - 1}, {src}, {_NEG_INF}), {shape}), axis=1)"
-            )
-        ctx.lines += [
-            f"cols{s} = tl.arange(0, {_stage_block(ctx.plan, s)})",
-            f"mask{s} = cols{s} < n{s}  # whole windows only (padding 0, no ceil mode)",
-        ]
-    else:
+    emit = _STEPS.get(step.action)
+    if emit is None:
         raise NotApplicable(f"no code for step {step.action}")
+    var = f"v_{node.name}"
+    emit(ctx, step, var, ctx.vars.get(step.source, ""))
     ctx.vars[node.name] = var
+
+
+# Each appends to ctx.lines (leaf loads an expression needs land before the line that reads them).
+def _elementwise(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    emitted = emit_op(step.node, _render(ctx, step))  # type: ignore[arg-type]
+    ctx.helpers |= emitted.helpers
+    ctx.lines.append(f"{var} = {emitted.expr}")
+
+
+def _identity(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    ctx.lines.append(f"{var} = {src}  # over size-1 dims: one element's {step.node.op} is itself")
+
+
+def _reduce(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    ctx.lines += _reduce_lines(step.node.op, var, src, f"mask{step.stage}", f"n{step.stage}")
+
+
+def _softmax(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    m = f"mask{step.stage}"
+    mx, e, den = ctx.fresh("row_max"), ctx.fresh("e"), ctx.fresh("den")
+    ctx.lines += [
+        f"{mx} = tl.max(tl.where({m}, {src}, {_NEG_INF}), axis=0)",
+        f"{e} = tl.where({m}, tl.exp({src} - {mx}), 0.0)",
+        f"{den} = tl.sum({e}, axis=0)",
+        f"{var} = {e} / {den}" if step.node.op == "softmax" else f"{var} = {src} - {mx} - tl.log({den})",
+    ]
+
+
+def _row_norm(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    m, n = f"mask{step.stage}", f"n{step.stage}"
+    mean, d, rstd = ctx.fresh("mean"), ctx.fresh("centred"), ctx.fresh("rstd")
+    eps = eps_arg(step.node.name)
+    ctx.lines += [
+        f"{mean} = tl.sum(tl.where({m}, {src}, 0.0), axis=0) / {n}",
+        f"{d} = tl.where({m}, {src} - {mean}, 0.0)",
+        f"{rstd} = 1.0 / tl.sqrt(tl.sum({d} * {d}, axis=0) / {n} + {eps})  # biased variance",
+        f"{var} = {d} * {rstd}",
+    ]
+    ctx.lines += _affine(ctx, step, var)
+
+
+def _batch_norm(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    mean = "tl.load(bn_mean_ptr + cols0, mask=mask0, other=0.0)"
+    rstd = "tl.load(bn_rstd_ptr + cols0, mask=mask0, other=0.0)"
+    ctx.lines.append(f"{var} = ({src} - {mean}) * {rstd}")
+    ctx.lines += _affine(ctx, step, var)
+
+
+def _pool(ctx: _Ctx, step: RowStep, var: str, src: str) -> None:
+    """A 1-d pool over whole windows: the row reshaped into [windows, k], reduced along the window."""
+    s = step.stage
+    k, block = f"POOL_K{s - 1}", _stage_block(ctx.plan, s)
+    if step.node.op == "avg_pool1d":
+        pooled = f"tl.sum(tl.reshape(tl.where(mask{s - 1}, {src}, 0.0), [{block}, {k}]), axis=1) / {k}"
+    else:
+        pooled = f"tl.max(tl.reshape(tl.where(mask{s - 1}, {src}, {_NEG_INF}), [{block}, {k}]), axis=1)"
+    ctx.lines += [
+        f"{var} = {pooled}",
+        f"cols{s} = tl.arange(0, {block})",
+        f"mask{s} = cols{s} < n{s}  # whole windows only (padding 0, no ceil mode)",
+    ]
+
+
+_STEPS: dict[str, Callable[[_Ctx, RowStep, str, str], None]] = {
+    "ew": _elementwise,
+    "identity": _identity,
+    "reduce": _reduce,
+    "softmax": _softmax,
+    "row_norm": _row_norm,
+    "batch_norm": _batch_norm,
+    "pool": _pool,
+}
 
 
 def _affine(ctx: _Ctx, step: RowStep, var: str) -> list[str]:
@@ -194,48 +218,94 @@ def _kernel_params(plan: RowPlan) -> list[str]:
     return params
 
 
+# One program per row: the library output's row loaded once, every step in registers, one store.
+_ROW_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """One program per row of the library output, the row in registers: $describe."""
+    row = tl.program_id(0).to(tl.int64)
+    cols0 = tl.arange(0, BLOCK)
+    mask0 = cols0 < n0
+    $y = tl.load(${y}_ptr + row * n0 + cols0, mask=mask0, other=0.0).to(tl.float32)
+    $steps
+    $store
+'''
+
+
 def row_kernel(plan: RowPlan, name: str) -> tuple[str, set[str]]:
     """The per-row kernel."""
     ctx = _Ctx(plan, "row")
-    ctx.lines += [
-        "row = tl.program_id(0).to(tl.int64)",
-        "cols0 = tl.arange(0, BLOCK)",
-        "mask0 = cols0 < n0",
-        f"{plan.library_var} = tl.load({plan.library_var}_ptr + row * n0 + cols0, mask=mask0, "
-        "other=0.0).to(tl.float32)",
-    ]
     ctx.vars[plan.library.name] = plan.library_var
     if plan.dropout is not None:
         ctx.vars[plan.dropout.name] = plan.library_var  # applied (or skipped) by torch before this kernel
     for step in plan.steps:
         _emit_step(ctx, step)
-    out = plan.output
-    value = ctx.vars[out.node.name]
-    if out.space == ROW:
-        s = out.stage
-        ctx.lines.append(
-            f"tl.store(out_ptr + row * n{s} + cols{s}, {value}.to(out_ptr.dtype.element_ty), mask=mask{s})"
-        )
-    else:
-        ctx.lines.append(f"tl.store(out_ptr + row, {value}.to(out_ptr.dtype.element_ty))")
-    params = _kernel_params(plan)
-    head = ["@triton.jit", f"def {name}(", *(f"    {p}," for p in params), "):"]
-    doc = f'    """One program per row of the library output, the row in registers: {plan.describe()}."""'
-    return "\n".join([*head, doc, *("    " + ln if ln else ln for ln in ctx.lines)]) + "\n", ctx.helpers
+    text = template.fill(
+        _ROW_KERNEL,
+        name=name,
+        params=[f"{p}," for p in _kernel_params(plan)],
+        describe=plan.describe(),
+        y=plan.library_var,
+        steps=ctx.lines,
+        store=_row_store(plan, ctx.vars[plan.output.node.name]),
+    )
+    return text, ctx.helpers
+
+
+def _row_store(plan: RowPlan, value: str) -> str:
+    """The final row (of its stage's length) or the row's one value."""
+    if plan.output.space == ROW:
+        s = plan.output.stage
+        return f"tl.store(out_ptr + row * n{s} + cols{s}, {value}.to(out_ptr.dtype.element_ty), mask=mask{s})"
+    return f"tl.store(out_ptr + row, {value}.to(out_ptr.dtype.element_ty))"
+
+
+# Batch statistics of the value batch norm reads, per column over all rows (two passes: the mean, then the
+# centred sum of squares), and nn.BatchNorm1d's running-statistics update in training mode.
+_COLUMN_STATS_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """Per column: the batch mean, then the centred sum of squares (two passes, fp32), over all rows."""
+    cols0 = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_mask = cols0 < n0
+    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
+    for r0 in range(0, n_rows, BLOCK_M):
+        $tile
+        acc += tl.where(mask0, $value, 0.0)
+    mean = tl.sum(acc, axis=0) / n_rows
+    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
+    for r0 in range(0, n_rows, BLOCK_M):
+        $tile
+        centred = tl.where(mask0, $value - mean[None, :], 0.0)
+        acc += centred * centred
+    var = tl.sum(acc, axis=0) / n_rows  # biased: what training-mode batch norm normalises with
+    tl.store(mean_ptr + cols0, mean, mask=col_mask)
+    tl.store(rstd_ptr + cols0, 1.0 / tl.sqrt(var + eps), mask=col_mask)
+    if UPDATE_RUNNING:  # nn.BatchNorm1d in training mode: running stats with the unbiased variance
+        run_mean = tl.load(run_mean_ptr + cols0, mask=col_mask, other=0.0)
+        run_var = tl.load(run_var_ptr + cols0, mask=col_mask, other=0.0)
+        unbiased = var * n_rows / tl.maximum(n_rows - 1, 1)
+        tl.store(run_mean_ptr + cols0, (1.0 - momentum) * run_mean + momentum * mean, mask=col_mask)
+        tl.store(run_var_ptr + cols0, (1.0 - momentum) * run_var + momentum * unbiased, mask=col_mask)
+'''
+
+# One [BLOCK_M, BLOCK_C] tile of rows and the steps before the batch norm on it.
+_COLUMN_TILE = """\
+rows = r0 + tl.arange(0, BLOCK_M)
+mask0 = (rows[:, None] < n_rows) & col_mask[None, :]
+$y = tl.load(${y}_ptr + rows[:, None] * n0 + cols0[None, :], mask=mask0, other=0.0).to(tl.float32)
+$steps
+"""
 
 
 def column_stats_kernel(plan: RowPlan, name: str, bn: RowStep) -> tuple[str, set[str]]:
-    (
-        """Batch statistics of the value batch norm reads: per column, """
-        """mean and 1/sqrt(var + eps); running update."""
-    )
+    """Batch statistics of the value batch norm reads: per column, mean and 1/sqrt(var + eps); running
+    update."""
     ctx = _Ctx(plan, "col")
-    ctx.lines += [
-        "rows = r0 + tl.arange(0, BLOCK_M)",
-        "mask0 = (rows[:, None] < n_rows) & col_mask[None, :]",
-        f"{plan.library_var} = tl.load({plan.library_var}_ptr + rows[:, None] * n0 + cols0[None, :], "
-        "mask=mask0, other=0.0).to(tl.float32)",
-    ]
     ctx.vars[plan.library.name] = plan.library_var
     if plan.dropout is not None:
         ctx.vars[plan.dropout.name] = plan.library_var
@@ -243,50 +313,18 @@ def column_stats_kernel(plan: RowPlan, name: str, bn: RowStep) -> tuple[str, set
         if step is bn:
             break
         _emit_step(ctx, step)
-    value = ctx.vars[bn.source]
-    body = ctx.lines
     params = [f"{plan.library_var}_ptr", *(f"{lf.arg}_ptr" for lf in plan.leaves), "mean_ptr", "rstd_ptr"]
     params += ["run_mean_ptr", "run_var_ptr", "n_rows", "n0", *(a for _, a in plan.scalars)]
-    params += [
-        "eps",
-        "momentum",
-        "BLOCK_M: tl.constexpr",
-        "BLOCK_C: tl.constexpr",
-        "UPDATE_RUNNING: tl.constexpr",
-    ]
-    pad = "        "
-    lines = [
-        "@triton.jit",
-        f"def {name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        '    """Per column: the batch mean, then the centred sum of squares (two passes, fp32), '
-        'over all rows."""',
-        "    cols0 = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)",
-        "    col_mask = cols0 < n0",
-        "    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)",
-        "    for r0 in range(0, n_rows, BLOCK_M):",
-        *(pad + ln for ln in body),
-        f"{pad}acc += tl.where(mask0, {value}, 0.0)",
-        "    mean = tl.sum(acc, axis=0) / n_rows",
-        "    acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)",
-        "    for r0 in range(0, n_rows, BLOCK_M):",
-        *(pad + ln for ln in body),
-        f"{pad}centred = tl.where(mask0, {value} - mean[None, :], 0.0)",
-        f"{pad}acc += centred * centred",
-        "    var = tl.sum(acc, axis=0) / n_rows  # biased: what training-mode batch norm normalises with",
-        "    tl.store(mean_ptr + cols0, mean, mask=col_mask)",
-        "    tl.store(rstd_ptr + cols0, 1.0 / tl.sqrt(var + eps), mask=col_mask)",
-        "    if UPDATE_RUNNING:  # nn.BatchNorm1d in training mode: running stats with the unbiased variance",
-        "        run_mean = tl.load(run_mean_ptr + cols0, mask=col_mask, other=0.0)",
-        "        run_var = tl.load(run_var_ptr + cols0, mask=col_mask, other=0.0)",
-        "        unbiased = var * n_rows / tl.maximum(n_rows - 1, 1)",
-        "        tl.store(run_mean_ptr + cols0, (1.0 - momentum) * run_mean + momentum * mean, "
-        "mask=col_mask)",
-        "        tl.store(run_var_ptr + cols0, (1.0 - momentum) * run_var + momentum * unbiased, "
-        "mask=col_mask)",
-    ]
-    return "\n".join(lines) + "\n", ctx.helpers
+    params += ["eps", "momentum", "BLOCK_M: tl.constexpr", "BLOCK_C: tl.constexpr"]
+    params += ["UPDATE_RUNNING: tl.constexpr"]
+    text = template.fill(
+        _COLUMN_STATS_KERNEL,
+        name=name,
+        params=[f"{p}," for p in params],
+        tile=template.fill(_COLUMN_TILE, y=plan.library_var, steps=ctx.lines),
+        value=ctx.vars[bn.source],
+    )
+    return text, ctx.helpers
 
 
 def row_source(plan: RowPlan, config: KernelConfig, stem: str) -> RowSource:
