@@ -1,5 +1,5 @@
 """Source-writing helpers shared by the reduction kernels (kernel.py, rows.py): the Triton
-expression of one fused elementwise node, dependency walks over the plan's prologue, indentation."""
+expression of one fused elementwise node, dependency walks over the plan's prologue."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.ops import OpNode, Ref
 from htam_graph.rules.recipes.reduce.plan import BOUT, OUT, ReducePlan
 
-__all__ = ["ancestors", "emit_node", "emit_nodes", "indent", "refs"]
+__all__ = ["ancestors", "emit_node", "emit_nodes", "refs"]
 
 
 def ancestors(plan: ReducePlan, roots: set[str]) -> set[str]:
@@ -61,12 +61,3 @@ def emit_nodes(
         lines += [f"# {node.op}  ({node.origin})", f"v_{node.name} = {expr}"]
         vars_[node.name] = f"v_{node.name}"
     return lines
-
-
-def indent(lines: list[str], levels: int) -> list[str]:
-    (
-        """Each line (a line may hold several, split on newlines) indented by `levels` levels; blank """
-        """lines stay."""
-    )
-    pad = "    " * levels
-    return [pad + line if line else line for line in (ln for block in lines for ln in block.split("\n"))]

@@ -15,12 +15,12 @@ combine function (Chan's formula for Welford): the split reduction of `paralleli
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import identifier
 from htam_graph.rules.ops import OpKind, OpNode, Ref, Value
 from htam_graph.rules.recipes.reduce.emit import ancestors as _ancestors
 from htam_graph.rules.recipes.reduce.emit import emit_node as _emit
 from htam_graph.rules.recipes.reduce.emit import emit_nodes
-from htam_graph.rules.recipes.reduce.emit import indent as _indent
 from htam_graph.rules.recipes.reduce.emit import refs as _refs
 from htam_graph.rules.recipes.reduce.launcher import (
     BROADCAST_LAYOUT_SOURCE,
@@ -91,12 +91,71 @@ def reduction_source(plan: ReducePlan, config: KernelConfig) -> tuple[KernelSour
 
 
 # ------------------------------------------------------------------------------------------- kernel
+# Phase 0 folds this program's slice into partial states; phase 1 merges the partials (or folds the whole
+# column) and finishes: the result and its ops (reduce mode) or loop 2 writing every element (normalise).
+_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """$describe: one program per (outer index, BLOCK_I columns[, slice of the reduction])."""
+    pid = tl.program_id(0)
+    tile = pid // grid_split
+    split = pid % grid_split
+    o = (tile // n_itiles).to(tl.int64)
+    cols = (tile % n_itiles) * BLOCK_I + tl.arange(0, BLOCK_I)
+    col_mask = cols < n_inner
+    base = o * n_red * n_inner
+    out_offs = o * n_inner + cols  # the reduced result's flat offsets (keepdim or not)
+    part_offs = out_offs * n_split  # partial states: n_split per result element
+    r_lanes = tl.arange(0, BLOCK_R)
+    r_start = split * red_per_split
+    r_end = tl.minimum(r_start + red_per_split, n_red)
+    if PHASE == 0:  # split reduction, first pass: this program's slice -> partial state
+        $fold
+        $store_partials
+    else:
+        if USE_PARTIALS:  # merge the partial states of every slice of this column tile
+            $load_partials
+            for j in range(1, n_split):
+                $load_partials_j
+                $states = _combine_$stat($states, $states_j)
+        else:
+            $fold
+        $finish
+'''
+
+
 def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str]]:
     states = STATES[stat]
-    state_names = [s for s, _, _ in states]
+    names = [s for s, _, _ in states]
     helpers: set[str] = set()
     full_leaves = [lf for lf in plan.leaves if lf.space in (FULL, BFULL)]
     out_leaves = [lf for lf in plan.leaves if lf.space in (OUT, BOUT)]
+    fold = _fold_loop(plan, stat, full_leaves, helpers)
+    text = template.fill(
+        _KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in _kernel_params(plan, names)],
+        describe=plan.describe(),
+        fold=fold,
+        store_partials=[f"tl.store(part_{s}_ptr + part_offs + split, {s}, mask=col_mask)" for s in names],
+        load_partials=[
+            f"{s} = tl.load(part_{s}_ptr + part_offs, mask=col_mask, other={init})" for s, init, _ in states
+        ],
+        load_partials_j=[
+            f"{s}_j = tl.load(part_{s}_ptr + part_offs + j, mask=col_mask, other={init})"
+            for s, init, _ in states
+        ],
+        states=", ".join(names),
+        stat=stat,
+        states_j=", ".join(s + "_j" for s in names),
+        finish=_finish(plan, stat, out_leaves, full_leaves, helpers),
+    )
+    return text, helpers
+
+
+def _kernel_params(plan: ReducePlan, state_names: list[str]) -> list[str]:
     params = [f"{lf.arg}_ptr" for lf in plan.leaves] + ["out_ptr"]
     params += [f"part_{s}_ptr" for s in state_names]
     params += ["n_red", "n_inner", "n_itiles", "grid_split", "n_split", "red_per_split"]
@@ -104,87 +163,75 @@ def _kernel(plan: ReducePlan, stat: str, kernel_name: str) -> tuple[str, set[str
     params += [s.arg for s in plan.scalars]
     if plan.reducer.kind is OpKind.NORM:
         params.append("eps")
-    params += [
-        "BLOCK_R: tl.constexpr",
-        "BLOCK_I: tl.constexpr",
-        "PHASE: tl.constexpr",
-        "USE_PARTIALS: tl.constexpr",
-    ]
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """{plan.describe()}: one program per (outer index, BLOCK_I columns[, '
-        'slice of the reduction])."""',
-        "    pid = tl.program_id(0)",
-        "    tile = pid // grid_split",
-        "    split = pid % grid_split",
-        "    o = (tile // n_itiles).to(tl.int64)",
-        "    cols = (tile % n_itiles) * BLOCK_I + tl.arange(0, BLOCK_I)",
-        "    col_mask = cols < n_inner",
-        "    base = o * n_red * n_inner",
-        "    out_offs = o * n_inner + cols  # the reduced result's flat offsets (keepdim or not)",
-        "    part_offs = out_offs * n_split  # partial states: n_split per result element",
-        "    r_lanes = tl.arange(0, BLOCK_R)",
-        "    r_start = split * red_per_split",
-        "    r_end = tl.minimum(r_start + red_per_split, n_red)",
-    ]
-    fold = _fold_loop(plan, stat, full_leaves, helpers)
-    store_partials = [
-        f"        tl.store(part_{s}_ptr + part_offs + split, {s}, mask=col_mask)" for s in state_names
-    ]
-    lines += [
-        "    if PHASE == 0:  # split reduction, first pass: this program's slice -> partial state",
-        *_indent(fold, 2),
-        *store_partials,
-        "    else:",
-    ]
-    merge = [
-        "if USE_PARTIALS:  # merge the partial states of every slice of this column tile",
-        *(
-            f"    {s} = tl.load(part_{s}_ptr + part_offs, mask=col_mask, other={init})"
-            for s, init, _ in states
-        ),
-        "    for j in range(1, n_split):",
-        *(
-            f"        {s}_j = tl.load(part_{s}_ptr + part_offs + j, mask=col_mask, other={init})"
-            for s, init, _ in states
-        ),
-        f"        {', '.join(state_names)} = "
-        f"_combine_{stat}({', '.join(state_names)}, {', '.join(s + '_j' for s in state_names)})",
-        "else:",
-        *_indent(fold, 1),
-    ]
-    lines += _indent(merge, 2)
-    lines += _indent(_finish(plan, stat, out_leaves, full_leaves, helpers), 2)
-    return "\n".join(lines) + "\n", helpers
+    params += ["BLOCK_R: tl.constexpr", "BLOCK_I: tl.constexpr", "PHASE: tl.constexpr"]
+    return [*params, "USE_PARTIALS: tl.constexpr"]
 
 
-def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list[Leaf], helpers: set[str]) -> list[str]:
+# Loop 1 over this program's slice: the prologue per element, folded into per-lane states, lanes merged.
+_FOLD = """\
+$init
+for r0 in range(r_start, r_end, BLOCK_R):
+    r = r0 + r_lanes
+    offs = base + r[:, None].to(tl.int64) * n_inner + cols[None, :]
+    mask = (r[:, None] < r_end) & col_mask[None, :]
+    $arg_index
+    $body
+    v = $value
+    $update
+$states = tl.reduce(($states), 0, _combine_$stat)  # merge the BLOCK_R lanes of each column
+"""
+
+
+def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list[Leaf], helpers: set[str]) -> str:
     """Loop 1 over this program's slice: prologue per element, folded into per-lane states, lanes merged."""
     states = STATES[stat]
-    lines = [f"{s} = tl.full([BLOCK_R, BLOCK_I], {init}, {dtype})" for s, init, dtype in states]
-    lines += [
-        "for r0 in range(r_start, r_end, BLOCK_R):",
-        "    r = r0 + r_lanes",
-        "    offs = base + r[:, None].to(tl.int64) * n_inner + cols[None, :]",
-        "    mask = (r[:, None] < r_end) & col_mask[None, :]",
-    ]
-    if stat in ("argmax", "argmin"):
-        lines.append("    r_idx = r[:, None] + tl.zeros([BLOCK_R, BLOCK_I], tl.int32)")
     needed = _ancestors(plan, {plan.reducer.operands[0].name})  # type: ignore[union-attr]
     body, value = _elementwise_body(
         plan, [n for n in plan.pre if n.name in needed], full_leaves, helpers, plan.reducer.operands[0]
     )
-    lines += _indent(body, 1)
-    lines.append(f"    v = {value}")
-    lines += _indent(UPDATES[stat].splitlines(), 1)
-    names = ", ".join(s for s, _, _ in states)
-    lines.append(
-        f"{names} = tl.reduce(({names}), 0, _combine_{stat})  # merge the BLOCK_R lanes of each column"
+    arg_index = "r_idx = r[:, None] + tl.zeros([BLOCK_R, BLOCK_I], tl.int32)"
+    return template.fill(
+        _FOLD,
+        init=[f"{s} = tl.full([BLOCK_R, BLOCK_I], {init}, {dtype})" for s, init, dtype in states],
+        arg_index=arg_index if stat in ("argmax", "argmin") else "",
+        body=body,
+        value=value,
+        update=UPDATES[stat],
+        states=", ".join(s for s, _, _ in states),
+        stat=stat,
     )
-    return lines
+
+
+# The per-column result of a reduction, then the ops on it.
+_RESULT = """\
+result = $value
+result = tl.where(col_mask, result, 0)  # columns past the edge stay finite (never stored)
+"""
+
+# Per-column values loop 2 reads, by statistic.
+_PER_COLUMN = {
+    "welford": """\
+mean_c = mean
+rstd_c = 1.0 / tl.sqrt(m2 / n_red + eps)  # biased variance, as the norm layers
+""",
+    "lse": """\
+m_c = tl.where(col_mask, m, 0.0)  # columns past the edge stay finite (never stored)
+s_c = tl.where(col_mask, s, 1.0)
+log_s_c = tl.log(tl.where(s_c == 0.0, 1.0, s_c))
+""",
+}
+
+# Loop 2 (normalise mode): every element of this program's slice, written once.
+_LOOP2 = """\
+for r0 in range(r_start, r_end, BLOCK_R):
+    r = r0 + r_lanes
+    offs = base + r[:, None].to(tl.int64) * n_inner + cols[None, :]
+    mask = (r[:, None] < r_end) & col_mask[None, :]
+    $body
+    $red
+    $post
+    tl.store(out_ptr + offs, $result.to(out_ptr.dtype.element_ty), mask=mask)
+"""
 
 
 def _finish(
@@ -192,47 +239,40 @@ def _finish(
 ) -> list[str]:
     """After the per-column state is known: the result, the ops on it, then the store (reduce mode) or
     loop 2 over this program's slice writing every element (normalise mode)."""
-    reducer = plan.reducer
-    lines: list[str] = []
     vars_: dict[str, str] = {}
-    if reducer.kind is OpKind.REDUCTION:
-        lines.append(f"result = {_reduced_value(reducer.op)}")
-        lines.append(
-            "result = tl.where(col_mask, result, 0)  # columns past the edge stay finite (never stored)"
-        )
-        vars_[reducer.name] = "result"
-        for leaf in out_leaves:
-            index = "out_offs" if leaf.space == OUT else f"(out_offs // {leaf.arg}_inner) % {leaf.arg}_size"
-            lines.append(
-                f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=col_mask, other=0.0).to(tl.float32)"
-            )
-            vars_[leaf.ref] = leaf.arg
-        for node in plan.post_reduced:
-            expr = _emit(plan, node, vars_, helpers, per_column=False)
-            var = identifier(f"v_{node.name}", set(vars_.values()))
-            lines += [f"# {node.op}  ({node.origin})", f"{var} = {expr}"]
-            vars_[node.name] = var
+    lines = _reduced(plan, out_leaves, vars_, helpers) if plan.reducer.kind is OpKind.REDUCTION else []
     if plan.mode == "reduce":
         result = vars_[plan.output]
         lines.append(f"tl.store(out_ptr + out_offs, {result}.to(out_ptr.dtype.element_ty), mask=col_mask)")
         return lines
-    if stat == "welford":
-        lines += [
-            "mean_c = mean",
-            "rstd_c = 1.0 / tl.sqrt(m2 / n_red + eps)  # biased variance, as the norm layers",
-        ]
-    elif stat == "lse":
-        lines += [
-            "m_c = tl.where(col_mask, m, 0.0)  # columns past the edge stay finite (never stored)",
-            "s_c = tl.where(col_mask, s, 1.0)",
-            "log_s_c = tl.log(tl.where(s_c == 0.0, 1.0, s_c))",
-        ]
-    lines += [
-        "for r0 in range(r_start, r_end, BLOCK_R):",
-        "    r = r0 + r_lanes",
-        "    offs = base + r[:, None].to(tl.int64) * n_inner + cols[None, :]",
-        "    mask = (r[:, None] < r_end) & col_mask[None, :]",
-    ]
+    if stat in _PER_COLUMN:
+        lines.append(_PER_COLUMN[stat])
+    return [*lines, _loop2(plan, full_leaves, vars_, helpers)]
+
+
+def _reduced(plan: ReducePlan, out_leaves: list[Leaf], vars_: dict[str, str], helpers: set[str]) -> list[str]:
+    """The reduction's per-column result, the operands read per result, and the ops on the result."""
+    reducer = plan.reducer
+    lines = [template.fill(_RESULT, value=_reduced_value(reducer.op))]
+    vars_[reducer.name] = "result"
+    for leaf in out_leaves:
+        index = "out_offs" if leaf.space == OUT else f"(out_offs // {leaf.arg}_inner) % {leaf.arg}_size"
+        lines.append(
+            f"{leaf.arg} = tl.load({leaf.arg}_ptr + {index}, mask=col_mask, other=0.0).to(tl.float32)"
+        )
+        vars_[leaf.ref] = leaf.arg
+    for node in plan.post_reduced:
+        expr = _emit(plan, node, vars_, helpers, per_column=False)
+        var = identifier(f"v_{node.name}", set(vars_.values()))
+        lines += [f"# {node.op}  ({node.origin})", f"{var} = {expr}"]
+        vars_[node.name] = var
+    return lines
+
+
+def _loop2(plan: ReducePlan, full_leaves: list[Leaf], vars_: dict[str, str], helpers: set[str]) -> str:
+    """Loop 2: the prologue again, the reducer's value at each element (`red`), the ops after it and the
+    store."""
+    reducer = plan.reducer
     roots = _refs(plan.post_full)
     uses_v = reducer.kind is not OpKind.REDUCTION  # norm / softmax values are functions of the input element
     if uses_v:
@@ -240,27 +280,22 @@ def _finish(
     needed = _ancestors(plan, roots)
     pre = [n for n in plan.pre if n.name in needed]
     body, value = _elementwise_body(plan, pre, full_leaves, helpers, reducer.operands[0], loop2=True)
-    lines += _indent(body, 1)
     if uses_v:
-        lines.append(f"    v = {value}")
+        body.append(f"v = {value}")
     loop_vars = dict(vars_)
     if reducer.kind is OpKind.REDUCTION:
-        lines.append(
-            "    red = result[None, :]  # the reduced statistic, broadcast back over the reduced dims"
-        )
+        red = ["red = result[None, :]  # the reduced statistic, broadcast back over the reduced dims"]
     else:
-        lines += _indent(_full_value(plan), 1)
+        red = _full_value(plan)
     loop_vars[reducer.name] = "red"
     loop_vars.update(_loop_vars(plan, full_leaves))
+    post = []
     for node in plan.post_full:
         expr = _emit(plan, node, loop_vars, helpers, per_column=True)
         var = identifier(f"v_{node.name}", set(loop_vars.values()))
-        lines += [f"    # {node.op}  ({node.origin})", f"    {var} = {expr}"]
+        post += [f"# {node.op}  ({node.origin})", f"{var} = {expr}"]
         loop_vars[node.name] = var
-    lines.append(
-        f"    tl.store(out_ptr + offs, {loop_vars[plan.output]}.to(out_ptr.dtype.element_ty), mask=mask)"
-    )
-    return lines
+    return template.fill(_LOOP2, body=body, red=red, post=post, result=loop_vars[plan.output])
 
 
 def _reduced_value(op: str) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from htam_graph.rules.codegen import template
 from htam_graph.rules.ops import AttrScalar, Const, OpKind, OpNode, Ref, number
-from htam_graph.rules.recipes.reduce.plan import BFULL, BOUT, FULL, OUT, ReducePlan, reduce_dims, stem
-from htam_graph.rules.recipes.reduce.rows import rows_launch_lines, uses_rows_kernel
+from htam_graph.rules.recipes.reduce.plan import BFULL, BOUT, FULL, OUT, Leaf, ReducePlan, reduce_dims, stem
+from htam_graph.rules.recipes.reduce.rows import rows_launch, uses_rows_kernel
 from htam_graph.rules.recipes.reduce.statistics import STATES
 
 __all__ = ["BROADCAST_LAYOUT_SOURCE", "REDUCTION_LAYOUT_SOURCE", "launcher_call", "launcher_source"]
@@ -39,106 +39,100 @@ def broadcast_layout(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int
 '''
 
 
+# The launcher: operand checks, the [outer, reduced, inner] view, the output, the short-row branch (norms),
+# the tile shape and the split of long reductions across programs, phase 0 (split only) then phase 1.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """Launch $kernel: sizes, strides of the [outer, reduced, inner] view and the split read at run time."""
+    full_shape = torch.broadcast_shapes($full_shapes)
+    $full_operands
+    $layout
+    $out_operands
+    out = torch.empty(out_shape, device=$first.device, dtype=$out_dtype)
+    if out.numel() == 0 or n_red == 0:
+        return out
+    $rows
+    block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)
+    block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))
+    n_itiles = triton.cdiv(n_inner, block_i)
+    n_tiles = n_outer * n_itiles
+    # few long reductions: split each across programs so the whole GPU works (partials merged after)
+    n_split = 1
+    if n_tiles < SPLIT_TARGET_PROGRAMS:
+        n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), \
+n_red // (block_r * MIN_TILES_PER_SPLIT)))
+    red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r
+    n_split = triton.cdiv(n_red, red_per_split)
+    $partials
+    if n_split > 1:
+        $kernel[(n_tiles * n_split,)](
+            $tensors, n_red, n_inner, n_itiles, n_split, n_split, red_per_split$tail,
+            BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=0, USE_PARTIALS=True,
+        )
+    grid_split = $phase1_split
+    $kernel[(n_tiles * grid_split,)](
+        $tensors, n_red, n_inner, n_itiles, grid_split, n_split, red_per_split$tail,
+        BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=1, USE_PARTIALS=n_split > 1,
+    )
+    return out
+'''
+
+_SHAPE_CHECK = """\
+if $arg.shape != $shape:
+    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple($shape)}")
+"""
+
+
 def launcher_source(plan: ReducePlan, stat: str, kernel_name: str, launcher_name: str) -> str:
     """The launcher of the tiled kernel: the [outer, reduced, inner] view, the split, phase 0 then phase 1."""
     reducer = plan.reducer
     tensors = [lf.arg for lf in plan.leaves]
-    extra_args: list[str] = [f"{s.arg}: float" for s in plan.scalars]
-    layout_args = _layout_args(reducer)
-    signature = ", ".join([f"{t}: torch.Tensor" for t in tensors] + extra_args + layout_args)
+    signature = [f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in plan.scalars]
     full = [lf.arg for lf in plan.leaves if lf.space in (FULL, BFULL) and not _is_affine(plan, lf.ref)]
     first = next(lf.arg for lf in plan.leaves if lf.space == FULL)
-    lines = [
-        f"def {launcher_name}({signature}) -> torch.Tensor:",
-        f'    """Launch {kernel_name}: sizes, strides of the [outer, reduced, '
-        'inner] view and the split read at run time."""',
-        f"    full_shape = torch.broadcast_shapes({', '.join(t + '.shape' for t in full)})",
-    ]
-    for leaf in plan.leaves:
-        if leaf.space == FULL:
-            lines += [
-                f"    if {leaf.arg}.shape != full_shape:",
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-                f'expected {{tuple(full_shape)}}")',
-            ]
-        lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
-    lines += _layout_lines(plan)
-    for leaf in plan.leaves:
-        if leaf.space == BFULL:
-            lines.append(
-                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)"
-            )
-        elif leaf.space == BOUT:
-            lines.append(
-                f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"
-            )
-        elif leaf.space == OUT:
-            lines += [
-                f"    if {leaf.arg}.shape != out_shape:",
-                f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-                f'expected {{tuple(out_shape)}}")',
-            ]
-    out_dtype = "torch.int64" if reducer.op in ("argmax", "argmin") else f"{first}.dtype"
-    lines += [
-        f"    out = torch.empty(out_shape, device={first}.device, dtype={out_dtype})",
-        "    if out.numel() == 0 or n_red == 0:",
-        "        return out",
-        *(rows_launch_lines(plan, f"{stem(plan)}_rows_kernel") if uses_rows_kernel(plan) else []),
-        *template.lines(_SPLIT, indent=_BODY),
-    ]
     states = STATES[stat]
     dtype_of = {"tl.float32": "torch.float32", "tl.int32": "torch.int32"}
-    parts = [
-        f"    part_{s} = torch.empty(n_outer * n_inner * n_split if n_split > 1 else 1, "
-        f"device={first}.device, dtype={dtype_of[dt]})"
-        for s, _, dt in states
-    ]
-    lines += parts
-    args = [*tensors, "out", *(f"part_{s}" for s, _, _ in states)]
     bcast = [f"{lf.arg}_inner, {lf.arg}_size" for lf in plan.leaves if lf.space in (BFULL, BOUT)]
     scalar_args = [s.arg for s in plan.scalars] + (["eps"] if reducer.kind is OpKind.NORM else [])
-    lines += template.lines(
-        _LAUNCH,
-        indent=_BODY,
+    return template.fill(
+        _LAUNCHER,
+        name=launcher_name,
+        signature=", ".join(signature + _layout_args(reducer)),
         kernel=kernel_name,
-        tensors=", ".join(args),
+        full_shapes=", ".join(t + ".shape" for t in full),
+        full_operands=[line for leaf in plan.leaves for line in _full_operand(leaf)],
+        layout=_layout_lines(plan),
+        out_operands=[line for leaf in plan.leaves for line in _out_operand(leaf)],
+        first=first,
+        out_dtype="torch.int64" if reducer.op in ("argmax", "argmin") else f"{first}.dtype",
+        rows=rows_launch(plan, f"{stem(plan)}_rows_kernel") if uses_rows_kernel(plan) else "",
+        partials=[
+            f"part_{s} = torch.empty(n_outer * n_inner * n_split if n_split > 1 else 1, "
+            f"device={first}.device, dtype={dtype_of[dt]})"
+            for s, _, dt in states
+        ],
+        tensors=", ".join([*tensors, "out", *(f"part_{s}" for s, _, _ in states)]),
         tail="".join(f", {a}" for a in [*bcast, *scalar_args]),
         phase1_split="n_split" if plan.mode == "normalise" else "1",
     )
-    return "\n".join(lines) + "\n"
 
 
-_BODY = "    "  # the templates below are the launcher's body
+def _full_operand(leaf: Leaf) -> list[str]:
+    """An operand of the input's shape is checked against it; every operand is made contiguous."""
+    check = [template.fill(_SHAPE_CHECK, arg=leaf.arg, shape="full_shape")] if leaf.space == FULL else []
+    return [*check, f"{leaf.arg} = {leaf.arg}.contiguous()"]
 
-# The launch geometry: tiles of [block_r, block_i], and the split of long reductions across programs.
-_SPLIT = """
-        block_i = 1 if n_inner == 1 else min(triton.next_power_of_2(n_inner), MAX_BLOCK_I)
-        block_r = max(1, min(BLOCK // block_i, triton.next_power_of_2(n_red)))
-        n_itiles = triton.cdiv(n_inner, block_i)
-        n_tiles = n_outer * n_itiles
-        # few long reductions: split each across programs so the whole GPU works (partials merged after)
-        n_split = 1
-        if n_tiles < SPLIT_TARGET_PROGRAMS:
-            n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), \
-n_red // (block_r * MIN_TILES_PER_SPLIT)))
-        red_per_split = triton.cdiv(triton.cdiv(n_red, n_split), block_r) * block_r
-        n_split = triton.cdiv(n_red, red_per_split)
-"""
 
-# Phase 0 (split only) folds each slice into the partial states; phase 1 merges them (or folds whole columns).
-_LAUNCH = """
-        if n_split > 1:
-            $kernel[(n_tiles * n_split,)](
-                $tensors, n_red, n_inner, n_itiles, n_split, n_split, red_per_split$tail,
-                BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=0, USE_PARTIALS=True,
-            )
-        grid_split = $phase1_split
-        $kernel[(n_tiles * grid_split,)](
-            $tensors, n_red, n_inner, n_itiles, grid_split, n_split, red_per_split$tail,
-            BLOCK_R=block_r, BLOCK_I=block_i, num_warps=NUM_WARPS, PHASE=1, USE_PARTIALS=n_split > 1,
-        )
-        return out
-"""
+def _out_operand(leaf: Leaf) -> list[str]:
+    """A broadcast operand's layout against the input (BFULL) or the result (BOUT); a result-shaped
+    operand's check."""
+    if leaf.space == BFULL:
+        return [f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)"]
+    if leaf.space == BOUT:
+        return [f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"]
+    if leaf.space == OUT:
+        return [template.fill(_SHAPE_CHECK, arg=leaf.arg, shape="out_shape")]
+    return []
 
 
 def _is_affine(plan: ReducePlan, ref: str) -> bool:
@@ -159,45 +153,51 @@ def _layout_args(reducer: OpNode) -> list[str]:
     return args
 
 
+# The [outer, reduced, inner] view and the output shape of each norm module.
+_LAYER_NORM_LAYOUT = """\
+k = len(normalized_shape)
+if tuple(full_shape[-k:]) != tuple(normalized_shape):
+    raise ValueError(f"input shape {tuple(full_shape)} does not end with {tuple(normalized_shape)}")
+n_red, n_inner = math.prod(normalized_shape), 1
+n_outer = math.prod(full_shape) // n_red
+out_shape = full_shape
+"""
+
+_GROUP_NORM_LAYOUT = """\
+if full_shape[1] % num_groups:
+    raise ValueError(f"{full_shape[1]} channels do not split into {num_groups} groups")
+n_outer, n_inner = full_shape[0] * num_groups, 1  # each (sample, group) is one contiguous row
+n_red = math.prod(full_shape) // n_outer if n_outer else 0
+out_shape = full_shape
+"""
+
+_INSTANCE_NORM_LAYOUT = """\
+n_outer, n_red, n_inner = full_shape[0] * full_shape[1], math.prod(full_shape[2:]), 1
+out_shape = full_shape  # each (sample, channel) plane is one contiguous row
+"""
+
+_NORM_LAYOUTS = {
+    "nn_layer_norm": _LAYER_NORM_LAYOUT,
+    "layer_norm": _LAYER_NORM_LAYOUT,
+    "nn_group_norm": _GROUP_NORM_LAYOUT,
+    "nn_instance_norm": _INSTANCE_NORM_LAYOUT,
+}
+
+
 def _layout_lines(plan: ReducePlan) -> list[str]:
+    """The view's extents (n_outer, n_red, n_inner) and `out_shape`: a norm's own rows, else the reduced
+    dims `dim` of the input (kept as size 1 with keepdim)."""
     reducer = plan.reducer
-    if reducer.op in ("nn_layer_norm", "layer_norm"):
-        return [
-            "    k = len(normalized_shape)",
-            "    if tuple(full_shape[-k:]) != tuple(normalized_shape):",
-            '        raise ValueError(f"input shape {tuple(full_shape)} does not end with '
-            '{tuple(normalized_shape)}")',
-            "    n_red, n_inner = math.prod(normalized_shape), 1",
-            "    n_outer = math.prod(full_shape) // n_red",
-            "    out_shape = full_shape",
-        ]
-    if reducer.op == "nn_group_norm":
-        return [
-            "    if full_shape[1] % num_groups:",
-            '        raise ValueError(f"{full_shape[1]} channels do not split into {num_groups} groups")',
-            "    n_outer, n_inner = full_shape[0] * num_groups, 1  # each (sample, "
-            "group) is one contiguous row",
-            "    n_red = math.prod(full_shape) // n_outer if n_outer else 0",
-            "    out_shape = full_shape",
-        ]
-    if reducer.op == "nn_instance_norm":
-        return [
-            "    n_outer, n_red, n_inner = full_shape[0] * full_shape[1], math.prod(full_shape[2:]), 1",
-            "    out_shape = full_shape  # each (sample, channel) plane is one contiguous row",
-        ]
-    lines = ["    n_outer, n_red, n_inner = reduction_layout(full_shape, dim)"]
-    if reducer.kind is OpKind.SOFTMAX:
-        return [*lines, "    out_shape = full_shape"]
-    keep = reducer.param("keepdim")
-    if plan.mode == "normalise":
-        return [*lines, "    out_shape = full_shape"]
-    lines += [
-        "    dims = {d % len(full_shape) for d in ((dim,) if isinstance(dim, int) else dim)}",
-    ]
-    if keep == Const(True):
-        lines.append("    out_shape = torch.Size(1 if d in dims else s for d, s in enumerate(full_shape))")
+    if reducer.op in _NORM_LAYOUTS:
+        return [_NORM_LAYOUTS[reducer.op]]
+    lines = ["n_outer, n_red, n_inner = reduction_layout(full_shape, dim)"]
+    if reducer.kind is OpKind.SOFTMAX or plan.mode == "normalise":
+        return [*lines, "out_shape = full_shape"]
+    lines.append("dims = {d % len(full_shape) for d in ((dim,) if isinstance(dim, int) else dim)}")
+    if reducer.param("keepdim") == Const(True):
+        lines.append("out_shape = torch.Size(1 if d in dims else s for d, s in enumerate(full_shape))")
     else:
-        lines.append("    out_shape = torch.Size(s for d, s in enumerate(full_shape) if d not in dims)")
+        lines.append("out_shape = torch.Size(s for d, s in enumerate(full_shape) if d not in dims)")
     return lines
 
 

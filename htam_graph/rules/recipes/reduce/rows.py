@@ -17,15 +17,16 @@ norm affine, per-feature weights after a GEMM), decided in the launcher and comp
 from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.codegen import template
 from htam_graph.rules.ops import OpKind, Ref
-from htam_graph.rules.recipes.reduce.emit import emit_nodes, indent, refs
+from htam_graph.rules.recipes.reduce.emit import emit_nodes, refs
 from htam_graph.rules.recipes.reduce.plan import BFULL, FULL, Leaf, ReducePlan
 
 __all__ = [
     "OPERAND_MODE_SOURCE",
     "SHORT_ROW_CONSTANT",
     "rows_kernel",
-    "rows_launch_lines",
+    "rows_launch",
     "uses_rows_kernel",
 ]
 
@@ -67,6 +68,39 @@ def _mode_name(leaf: Leaf) -> str:
     return f"{leaf.arg.upper()}_MODE"
 
 
+# BLOCK_ROWS whole rows per program: one load per element, the per-row statistics in registers (the mean,
+# then the mean squared deviation from it), the affine and the ops after the norm, one store.
+_ROWS_KERNEL = '''\
+@triton.jit
+def $name(
+    $params
+):
+    """$describe: BLOCK_ROWS whole rows of n_red <= BLOCK_N elements per program, in registers."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    col_mask = cols < n_red
+    mask = row_mask[:, None] & col_mask[None, :]
+    offs = rows.to(tl.int64)[:, None] * n_red + cols[None, :]
+    $channels
+    $loads
+    $prologue
+    v = $value
+    # per-row statistics in fp32: the mean, then the mean squared deviation from it (biased, as the norms)
+    mean = tl.sum(tl.where(mask, v, 0.0), axis=1) / n_red
+    diff = tl.where(mask, v - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=1) / n_red + eps)
+    red = diff * rstd[:, None]
+    $affine
+    $post
+    tl.store(out_ptr + offs, $result.to(out_ptr.dtype.element_ty), mask=mask)
+'''
+
+_CHANNELS = (
+    "chans = (rows % n_groups)[:, None] * ch_per_group + (cols // spatial)[None, :]  # each element's channel"
+)
+
+
 def rows_kernel(plan: ReducePlan, kernel_name: str, helpers: set[str]) -> str:
     """The @triton.jit source of the short-row kernel (see the module docstring)."""
     if any(lf.space not in (FULL, BFULL) for lf in plan.leaves):
@@ -78,51 +112,56 @@ def rows_kernel(plan: ReducePlan, kernel_name: str, helpers: set[str]) -> str:
         params.append("n_groups, ch_per_group, spatial")
     params += [s.arg for s in plan.scalars] + ["eps", "BLOCK_ROWS: tl.constexpr", "BLOCK_N: tl.constexpr"]
     params += [f"{_mode_name(lf)}: tl.constexpr" for lf in _bcast(plan)]
-    lines = [
-        "@triton.jit",
-        f"def {kernel_name}(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """{plan.describe()}: BLOCK_ROWS whole rows of n_red <= BLOCK_N elements per program, '
-        'in registers."""',
-        "    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)",
-        "    cols = tl.arange(0, BLOCK_N)",
-        "    row_mask = rows < n_rows",
-        "    col_mask = cols < n_red",
-        "    mask = row_mask[:, None] & col_mask[None, :]",
-        "    offs = rows.to(tl.int64)[:, None] * n_red + cols[None, :]",
-    ]
-    if channels:
-        lines.append(
-            "    chans = (rows % n_groups)[:, None] * ch_per_group + (cols // spatial)[None, :]"
-            "  # each element's channel"
-        )
-    lines += indent(_loads(plan), 1)
-    body, vars_ = _prologue(plan, helpers)
-    lines += indent(body, 1)
+    prologue, vars_ = _prologue(plan, helpers)
     source = plan.reducer.operands[0]
     assert isinstance(source, Ref)  # plan_reduction checked it
-    lines += [
-        f"    v = {vars_[source.name]}",
-        "    # per-row statistics in fp32: the mean, then the mean squared deviation from it (biased, "
-        "as the norms)",
-        "    mean = tl.sum(tl.where(mask, v, 0.0), axis=1) / n_red",
-        "    diff = tl.where(mask, v - mean[:, None], 0.0)",
-        "    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=1) / n_red + eps)",
-        "    red = diff * rstd[:, None]",
-    ]
+    value = vars_[source.name]
+    vars_[plan.reducer.name] = "red"
+    post = emit_nodes(plan, plan.post_full, vars_, helpers)
+    return template.fill(
+        _ROWS_KERNEL,
+        name=kernel_name,
+        params=[f"{p}," for p in params],
+        describe=plan.describe(),
+        channels=_CHANNELS if channels else "",
+        loads=_loads(plan),
+        prologue=prologue,
+        value=value,
+        affine=_affine(plan),
+        post=post,
+        result=vars_[plan.output],
+    )
+
+
+def _affine(plan: ReducePlan) -> list[str]:
     weight, bias = plan.reducer.operands[1], plan.reducer.operands[2]
     args = {lf.ref: lf.arg for lf in plan.leaves}
+    lines = []
     if isinstance(weight, Ref):
-        lines.append(f"    red = red * {args[weight.name]}  # affine weight")
+        lines.append(f"red = red * {args[weight.name]}  # affine weight")
     if isinstance(bias, Ref):
-        lines.append(f"    red = red + {args[bias.name]}  # affine bias")
-    vars_[plan.reducer.name] = "red"
-    lines += indent(emit_nodes(plan, plan.post_full, vars_, helpers), 1)
-    lines.append(
-        f"    tl.store(out_ptr + offs, {vars_[plan.output]}.to(out_ptr.dtype.element_ty), mask=mask)"
-    )
-    return "\n".join(lines) + "\n"
+        lines.append(f"red = red + {args[bias.name]}  # affine bias")
+    return lines
+
+
+# An operand broadcast over the rows, read by column, by row, by channel (group / instance norm) or by the
+# flat index, as the launcher decided (its *_MODE constexpr).
+_BROADCAST_LOAD = """\
+if $MODE == 1:  # repeats along every row: one [1, BLOCK_N] load
+    $a = tl.load(${a}_ptr + ((cols // ${a}_inner) % ${a}_size)[None, :], mask=col_mask[None, :], other=0.0)
+elif $MODE == 3:  # constant along each row: one [BLOCK_ROWS, 1] load
+    ${a}_idx = (rows.to(tl.int64) * n_red // ${a}_inner) % ${a}_size
+    $a = tl.load(${a}_ptr + ${a}_idx[:, None], mask=row_mask[:, None], other=0.0)
+$by_channel
+else:
+    $a = tl.load(${a}_ptr + (offs // ${a}_inner) % ${a}_size, mask=mask, other=0.0)
+$a = $a.to(tl.float32)
+"""
+
+_CHANNEL_LOAD = """\
+elif $MODE == 2:  # one value per channel
+    $a = tl.load(${a}_ptr + chans, mask=mask, other=0.0)
+"""
 
 
 def _loads(plan: ReducePlan) -> list[str]:
@@ -134,28 +173,12 @@ def _loads(plan: ReducePlan) -> list[str]:
     for leaf in plan.leaves:
         if leaf.ref not in needed:
             continue
-        a = leaf.arg
+        a, mode = leaf.arg, _mode_name(leaf)
         if leaf.space == FULL:
             lines.append(f"{a} = tl.load({a}_ptr + offs, mask=mask, other=0.0).to(tl.float32)")
             continue
-        lines += [
-            f"if {_mode_name(leaf)} == 1:  # repeats along every row: one [1, BLOCK_N] load",
-            f"    {a} = tl.load({a}_ptr + ((cols // {a}_inner) % {a}_size)[None, :], "
-            "mask=col_mask[None, :], other=0.0)",
-            f"elif {_mode_name(leaf)} == 3:  # constant along each row: one [BLOCK_ROWS, 1] load",
-            f"    {a}_idx = (rows.to(tl.int64) * n_red // {a}_inner) % {a}_size",
-            f"    {a} = tl.load({a}_ptr + {a}_idx[:, None], mask=row_mask[:, None], other=0.0)",
-        ]
-        if plan.reducer.op in _CHANNEL_NORMS:
-            lines += [
-                f"elif {_mode_name(leaf)} == 2:  # one value per channel",
-                f"    {a} = tl.load({a}_ptr + chans, mask=mask, other=0.0)",
-            ]
-        lines += [
-            "else:",
-            f"    {a} = tl.load({a}_ptr + (offs // {a}_inner) % {a}_size, mask=mask, other=0.0)",
-            f"{a} = {a}.to(tl.float32)",
-        ]
+        by_channel = template.fill(_CHANNEL_LOAD, MODE=mode, a=a) if plan.reducer.op in _CHANNEL_NORMS else ""
+        lines.append(template.fill(_BROADCAST_LOAD, MODE=mode, a=a, by_channel=by_channel))
     return lines
 
 
@@ -165,45 +188,48 @@ def _prologue(plan: ReducePlan, helpers: set[str]) -> tuple[list[str], dict[str,
     return emit_nodes(plan, plan.pre, vars_, helpers), vars_
 
 
-def rows_launch_lines(plan: ReducePlan, kernel_name: str) -> list[str]:
-    """The launcher's branch for short rows (indented for the launcher body); it returns `out`."""
+# The launcher's branch for short rows (it returns `out`): BLOCK // block_n whole rows per program.
+_ROWS_LAUNCH = """\
+if n_inner == 1 and n_red <= min(BLOCK, SHORT_ROW_MAX):
+    # short rows: BLOCK // block_n whole rows per program, each in registers; one read, one write
+    block_n = triton.next_power_of_2(n_red)
+    block_rows = min(max(1, BLOCK // block_n), triton.next_power_of_2(n_outer))
+    $channels
+    $kernel[(triton.cdiv(n_outer, block_rows),)](
+        $args,
+        BLOCK_ROWS=block_rows,
+        BLOCK_N=block_n,
+        $modes
+        num_warps=min(NUM_WARPS, max(1, block_rows * block_n // 128)),  # >= 4 elements per thread
+    )
+    return out
+"""
+
+# Group / instance norm: the channel layout of each row (group norm: a row is one (sample, group)).
+_GROUP_NORM_CHANNELS = """\
+spatial = math.prod(full_shape[2:])
+n_groups, ch_per_group = num_groups, full_shape[1] // num_groups
+"""
+
+
+def rows_launch(plan: ReducePlan, kernel_name: str) -> str:
+    """The launcher's branch for short rows (unindented, for the launcher body); it returns `out`."""
     reducer = plan.reducer
-    tensors = [lf.arg for lf in plan.leaves]
-    lines = [
-        "    if n_inner == 1 and n_red <= min(BLOCK, SHORT_ROW_MAX):",
-        "        # short rows: BLOCK // block_n whole rows per program, each in registers; one read, "
-        "one write",
-        "        block_n = triton.next_power_of_2(n_red)",
-        "        block_rows = min(max(1, BLOCK // block_n), triton.next_power_of_2(n_outer))",
-    ]
-    channel_layout = "None"
-    extra: list[str] = []
+    channels, channel_layout, extra = "", "None", []
     if reducer.op == "nn_group_norm":
-        lines += [
-            "        spatial = math.prod(full_shape[2:])",
-            "        n_groups, ch_per_group = num_groups, full_shape[1] // num_groups",
-        ]
+        channels = _GROUP_NORM_CHANNELS
         channel_layout, extra = "(spatial, full_shape[1])", ["n_groups", "ch_per_group", "spatial"]
     elif reducer.op == "nn_instance_norm":
-        lines.append("        spatial = n_red  # each row is one channel plane")
+        channels = "spatial = n_red  # each row is one channel plane"
         channel_layout, extra = "(spatial, full_shape[1])", ["full_shape[1]", "1", "spatial"]
     bcast = _bcast(plan)
     modes = [
-        f"{_mode_name(lf)}=operand_mode({lf.arg}_inner, {lf.arg}_size, n_red, {channel_layout})"
+        f"{_mode_name(lf)}=operand_mode({lf.arg}_inner, {lf.arg}_size, n_red, {channel_layout}),"
         for lf in bcast
     ]
-    args = [*tensors, "out", "n_outer", "n_red"]
+    args = [*(lf.arg for lf in plan.leaves), "out", "n_outer", "n_red"]
     args += [f"{lf.arg}_inner, {lf.arg}_size" for lf in bcast] + extra
     args += [s.arg for s in plan.scalars] + ["eps"]
-    lines += [
-        f"        {kernel_name}[(triton.cdiv(n_outer, block_rows),)](",
-        f"            {', '.join(args)},",
-        "            BLOCK_ROWS=block_rows,",
-        "            BLOCK_N=block_n,",
-        *(f"            {m}," for m in modes),
-        "            num_warps=min(NUM_WARPS, max(1, block_rows * block_n // 128)),  # >= 4 elements "
-        "per thread",
-        "        )",
-        "        return out",
-    ]
-    return lines
+    return template.fill(
+        _ROWS_LAUNCH, channels=channels, kernel=kernel_name, args=", ".join(args), modes=modes
+    )
