@@ -5,7 +5,8 @@ Applies to a forward of the form  [library op] -> elementwise prologue -> nn.Max
 elementwise epilogue  (each part optional except the pool): KernelBench's plain pooling tasks and the level2
 `Conv..._AvgPool` / `..._MaxPool` chains. The library op (conv, conv_transpose, linear) stays the same module
 call as in Model, so the weights are the same objects; the prologue, the pooling window loop and the epilogue
-are ONE kernel (see `codegen.py`), so the conv output is read once and only the pooled tensor is written.
+are ONE kernel (see `codegen.py`, and `launch.py` for its launcher), so the conv output is read once and only
+the pooled tensor is written.
 
 Window parameters (kernel_size, stride, padding, dilation, ceil_mode, count_include_pad, divisor_override) are
 read from the pooling module at run time, so the file serves any configuration of the same module type.
@@ -28,13 +29,8 @@ from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.ops import Const, OpGraph, OpKind, OpNode, Ref
 from htam_graph.rules.recipes.elementwise.library_epilogue import _library_call
-from htam_graph.rules.recipes.pooling.codegen import (
-    POOL_HELPERS_SOURCE,
-    PoolCode,
-    pool_constants,
-    pool_kernel_source,
-    pool_launcher_source,
-)
+from htam_graph.rules.recipes.pooling.codegen import POOL_HELPERS_SOURCE, PoolCode, pool_kernel_source
+from htam_graph.rules.recipes.pooling.launch import pool_constants, pool_launcher_source
 
 KEY = "data_reuse.pooling_window_reuse"
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
