@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import identifier, operand_renderer
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import emit_op, helper_sources
@@ -96,52 +97,63 @@ def _forward_expr(view: TaskView, ref: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- stage 1
+# Program p sums the pointwise term over tiles p, p + G, ... of the [rows, cols] view into per-lane fp32
+# sums, then stores one partial.
+_PARTIALS_KERNEL = '''\
+@triton.jit
+def ${name}_partials_kernel(
+    $params
+):
+    """Stage 1 of $describe: program p sums the pointwise term over tiles p, p + G, ..."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_col_tiles = tl.cdiv(n_cols, BLOCK_C)
+    acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)  # per-lane fp32 sums
+    for tile in range(pid, n_tiles, n_programs):
+        rows = (tile // n_col_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]
+        cols = (tile % n_col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
+        if INDEX_64:  # 2**31 elements or more: 64-bit offsets
+            rows = rows.to(tl.int64)
+        mask = (rows < n_rows) & (cols < n_cols)
+        $loads
+        $prologue
+        term = $term  # $final ($origin)
+        acc += tl.where(mask, term, 0.0)  # masked lanes add nothing (even if the term is inf/nan there)
+    tl.store(partial_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
+'''
+
+
 def _kernel_source(plan: LossPlan, name: str, config: KernelConfig) -> tuple[str, set[str]]:
     variables = {leaf.ref: leaf.arg for leaf in plan.leaves}
     scalar_args = {s.path: s.arg for s in plan.scalars}
-
     render = operand_renderer(variables, scalar_args)
-
     params = [f"{leaf.arg}_ptr" for leaf in plan.leaves] + ["partial_ptr", "n_rows", "n_cols", "n_tiles"]
     params += [s.arg for s in plan.scalars]
     params += ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr", "INDEX_64: tl.constexpr"]
-    lines = [
-        "@triton.jit",
-        f"def {name}_partials_kernel(",
-        *(f"    {p}," for p in params),
-        "):",
-        f'    """Stage 1 of {plan.describe()}: program p sums the pointwise term over tiles p, p + G, ..."""',
-        "    pid = tl.program_id(0)",
-        "    n_programs = tl.num_programs(0)",
-        "    n_col_tiles = tl.cdiv(n_cols, BLOCK_C)",
-        "    acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)  # per-lane fp32 sums",
-        "    for tile in range(pid, n_tiles, n_programs):",
-        "        rows = (tile // n_col_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]",
-        "        cols = (tile % n_col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]",
-        "        if INDEX_64:  # 2**31 elements or more: 64-bit offsets",
-        "            rows = rows.to(tl.int64)",
-        "        mask = (rows < n_rows) & (cols < n_cols)",
-    ]
-    for leaf in plan.leaves:
-        lines.append(
-            f"        {leaf.arg} = tl.load({leaf.arg}_ptr + {_INDEX[leaf.space]}, mask=mask, other=0.0)"
-            ".to(tl.float32)"
-        )
     helpers: set[str] = set()
+    prologue = []
     for node in plan.pre:
         emitted = emit_op(node, render)
         helpers |= emitted.helpers
         var = identifier(f"v_{node.name}", set(variables.values()) | set(scalar_args.values()))
         variables[node.name] = var
-        lines.append(f"        {var} = {emitted.expr}  # {node.op} ({node.origin})")
-    term = _term(plan.final, render)
-    lines += [
-        f"        term = {term}  # {plan.final.op} ({plan.final.origin})",
-        "        acc += tl.where(mask, term, 0.0)  # masked lanes add nothing (even if the term is "
-        "inf/nan there)",
-        "    tl.store(partial_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))",
-    ]
-    return "\n".join(lines) + "\n", helpers
+        prologue.append(f"{var} = {emitted.expr}  # {node.op} ({node.origin})")
+    text = template.fill(
+        _PARTIALS_KERNEL,
+        name=name,
+        params=[f"{p}," for p in params],
+        describe=plan.describe(),
+        loads=[
+            f"{leaf.arg} = tl.load({leaf.arg}_ptr + {_INDEX[leaf.space]}, mask=mask, other=0.0)"
+            ".to(tl.float32)"
+            for leaf in plan.leaves
+        ],
+        prologue=prologue,
+        term=_term(plan.final, render),
+        final=plan.final.op,
+        origin=plan.final.origin,
+    )
+    return text, helpers
 
 
 def _term(final: OpNode, r: Callable[[Value], str]) -> str:
@@ -181,9 +193,9 @@ def _number_param(node: OpNode, name: str) -> Value:
 
 
 # ----------------------------------------------------------------------------------------- stage 2 + launcher
-def _finish_source(name: str) -> str:
-    return f'''@triton.jit
-def {name}_finish_kernel(partial_ptr, out_ptr, n_partials, divisor, BLOCK_P: tl.constexpr):
+_FINISH_KERNEL = '''\
+@triton.jit
+def ${name}_finish_kernel(partial_ptr, out_ptr, n_partials, divisor, BLOCK_P: tl.constexpr):
     """Stage 2: one program sums the partials (a fixed tree order) and divides once."""
     offs = tl.arange(0, BLOCK_P)
     partials = tl.load(partial_ptr + offs, mask=offs < n_partials, other=0.0)
@@ -192,41 +204,58 @@ def {name}_finish_kernel(partial_ptr, out_ptr, n_partials, divisor, BLOCK_P: tl.
 '''
 
 
+def _finish_source(name: str) -> str:
+    return template.fill(_FINISH_KERNEL, name=name)
+
+
+# The launcher: operand checks against the broadcast shape, the [rows, cols] tiles, stage 1 then stage 2.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """$describe of the operands as a 0-d tensor (sizes read at run time)."""
+    full = tuple(torch.broadcast_shapes($shapes))
+    if len(full) != $rank:
+        raise ValueError(f"expected a $rank-d broadcast shape, got {full}")
+    $operands
+    n_rows, n_cols = math.prod(full[:SPLIT]), math.prod(full[SPLIT:])
+    block_c = min(triton.next_power_of_2(max(n_cols, 1)), BLOCK)
+    block_r = BLOCK // block_c
+    n_tiles = triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c)
+    n_partials = max(1, min(n_tiles, MAX_PARTIALS))
+    partials = torch.empty(n_partials, device=$first.device, dtype=torch.float32)
+    out = torch.empty((), device=$first.device, dtype=$first.dtype)
+    ${name}_partials_kernel[(n_partials,)](
+        $args,
+        BLOCK_R=block_r,
+        BLOCK_C=block_c,
+        INDEX_64=n_rows * n_cols + BLOCK > 2**31 - 1,
+        num_warps=NUM_WARPS,
+    )
+    ${name}_finish_kernel[(1,)](
+        partials, out, n_partials, $divisor, BLOCK_P=triton.next_power_of_2(n_partials), num_warps=4
+    )
+    return out
+'''
+
+
 def _launcher_source(plan: LossPlan, name: str) -> str:
     tensors = [leaf.arg for leaf in plan.leaves]
-    signature = ", ".join([f"{t}: torch.Tensor" for t in tensors] + [f"{s.arg}: float" for s in plan.scalars])
-    first = tensors[0]
-    divisor = {"one": "1.0", "numel": "float(n_rows * n_cols)", "rows0": "float(full[0])"}[plan.divisor]
-    lines = [
-        f"def {name}({signature}) -> torch.Tensor:",
-        f'    """{plan.describe()} of the operands as a 0-d tensor (sizes read at run time)."""',
-        f"    full = tuple(torch.broadcast_shapes({', '.join(t + '.shape' for t in tensors)}))",
-        f"    if len(full) != {plan.full_rank}:",
-        f'        raise ValueError(f"expected a {plan.full_rank}-d broadcast shape, got {{full}}")',
-    ]
-    for leaf in plan.leaves:
-        lines.append(f'    check_operand("{leaf.arg}", {leaf.arg}, full, SPLIT, "{leaf.space}")')
-        lines.append(f"    {leaf.arg} = {leaf.arg}.contiguous()")
-    stage1_args = [*tensors, "partials", "n_rows", "n_cols", "n_tiles", *(s.arg for s in plan.scalars)]
-    lines += [
-        "    n_rows, n_cols = math.prod(full[:SPLIT]), math.prod(full[SPLIT:])",
-        "    block_c = min(triton.next_power_of_2(max(n_cols, 1)), BLOCK)",
-        "    block_r = BLOCK // block_c",
-        "    n_tiles = triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c)",
-        "    n_partials = max(1, min(n_tiles, MAX_PARTIALS))",
-        f"    partials = torch.empty(n_partials, device={first}.device, dtype=torch.float32)",
-        f"    out = torch.empty((), device={first}.device, dtype={first}.dtype)",
-        f"    {name}_partials_kernel[(n_partials,)](",
-        f"        {', '.join(stage1_args)},",
-        "        BLOCK_R=block_r,",
-        "        BLOCK_C=block_c,",
-        "        INDEX_64=n_rows * n_cols + BLOCK > 2**31 - 1,",
-        "        num_warps=NUM_WARPS,",
-        "    )",
-        f"    {name}_finish_kernel[(1,)](",
-        f"        partials, out, n_partials, {divisor}, BLOCK_P=triton.next_power_of_2(n_partials), "
-        "num_warps=4",
-        "    )",
-        "    return out",
-    ]
-    return "\n".join(lines) + "\n"
+    scalars = [s.arg for s in plan.scalars]
+    return template.fill(
+        _LAUNCHER,
+        name=name,
+        signature=", ".join([f"{t}: torch.Tensor" for t in tensors] + [f"{s}: float" for s in scalars]),
+        describe=plan.describe(),
+        shapes=", ".join(t + ".shape" for t in tensors),
+        rank=plan.full_rank,
+        operands=[
+            line
+            for leaf in plan.leaves
+            for line in (
+                f'check_operand("{leaf.arg}", {leaf.arg}, full, SPLIT, "{leaf.space}")',
+                f"{leaf.arg} = {leaf.arg}.contiguous()",
+            )
+        ],
+        first=tensors[0],
+        args=", ".join([*tensors, "partials", "n_rows", "n_cols", "n_tiles", *scalars]),
+        divisor={"one": "1.0", "numel": "float(n_rows * n_cols)", "rows0": "float(full[0])"}[plan.divisor],
+    )
