@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
@@ -22,45 +23,69 @@ from htam_graph.rules.ops import Const
 
 __all__ = ["kernel_source"]
 
-_FLAT = '''@triton.jit
-def {name}(
-{params}
+# Elementwise group: BLOCK consecutive elements of the flat output per program.
+_FLAT = '''\
+@triton.jit
+def $name(
+    $params
     BLOCK: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """{doc}"""
+    """Fused $describe: BLOCK consecutive output elements per program, in fp32."""
     pid = tl.program_id(0)
     if INDEX_64:  # more than 2**31 elements: 64-bit offsets
         pid = pid.to(tl.int64)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_elements
-{body}
-    tl.store(out_ptr + offs, {result}.to(out_ptr.dtype.element_ty), mask=mask)
+    $body
+    tl.store(out_ptr + offs, $result.to(out_ptr.dtype.element_ty), mask=mask)
 '''
 
-_ROW_HEAD = '''@triton.jit
-def {name}(
-{params}
+# Group with a reduction: BLOCK_K rows per program; the statistic over the row's tiles (after each row's
+# first value as the shift of its moments, when the statistic needs one), the row values, then the row
+# result stored or loop 2 writing every element.
+_ROWS = '''\
+@triton.jit
+def $name(
+    $params
     BLOCK_K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """{doc}"""
+    """Fused $describe: BLOCK_K rows per program, statistics in fp32."""
     keep = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     if INDEX_64:  # more than 2**31 elements: 64-bit offsets
         keep = keep.to(tl.int64)
     keep_mask = keep < n_keep
-    keep_base = {keep_base}'''
+    keep_base = $keep_base
+    $shift
+    $init
+    $accumulate
+    $finalize
+    $row_values
+    $write
+'''
 
-_TILE = """    for start{k} in range(0, n_red, BLOCK_R):
-        red{k} = start{k} + tl.arange(0, BLOCK_R)
-        if INDEX_64:
-            red{k} = red{k}.to(tl.int64)
-        offs{k} = keep_base[None, :] + ({red_offset})[:, None]
-        mask{k} = keep_mask[None, :] & (red{k} < n_red)[:, None]"""
+_SHIFT = """\
+offs0 = keep_base[None, :]
+mask0 = keep_mask[None, :]
+$first
+shift = tl.where(mask0, $value, 0.0)
+"""
+
+# One pass over the rows' reduced elements, BLOCK_R at a time (loop 1: suffix "", loop 2: suffix "2").
+_TILES = """\
+for start$k in range(0, n_red, BLOCK_R):
+    red$k = start$k + tl.arange(0, BLOCK_R)
+    if INDEX_64:
+        red$k = red$k.to(tl.int64)
+    offs$k = keep_base[None, :] + ($red_offset)[:, None]
+    mask$k = keep_mask[None, :] & (red$k < n_red)[:, None]
+    $body
+"""
 
 _KEEP_BASE = {True: "(keep // inner) * (n_red * inner) + keep % inner", False: "keep * inner"}
-_RED_OFFSET = {True: "red{k} * inner", False: "(red{k} // inner) * (n_keep * inner) + red{k} % inner"}
+_STORE = "tl.store(out_ptr + {offs}, {value}.to(out_ptr.dtype.element_ty), mask={mask})"
 
 
 def kernel_source(group: Group, name: str) -> tuple[str, set[str]]:
@@ -68,11 +93,12 @@ def kernel_source(group: Group, name: str) -> tuple[str, set[str]]:
     writer = SectionWriter(group)
     if group.reduction is None:
         body, names = writer.full([group.output], "", "offs", "mask")
-        text = _FLAT.format(
+        text = template.fill(
+            _FLAT,
             name=name,
             params=_params(group, ["out_ptr", "n_elements"]),
-            doc=f"Fused {group.describe()}: BLOCK consecutive output elements per program, in fp32.",
-            body="\n".join(_indent(body, 1)),
+            describe=group.describe(),
+            body=body,
             result=names[group.output],
         )
         return text, writer.helpers
@@ -82,34 +108,46 @@ def kernel_source(group: Group, name: str) -> tuple[str, set[str]]:
 def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) -> str:
     source = red.node.operands[0].name  # type: ignore[union-attr]
     middle = red.middle_reduced
-    lines = [
-        _ROW_HEAD.format(
-            name=name,
-            params=_params(group, ["out_ptr", "n_keep", "n_red", "inner"]),
-            doc=f"Fused {group.describe()}: BLOCK_K rows per program, statistics in fp32.",
-            keep_base=_KEEP_BASE[middle],
-        )
-    ]
+    shift = ""
     if red.needs_shift:  # each row's first value: the moments are sums of deviations from it
-        shift_body, shift_names = writer.full([source], "_0", "offs0", "mask0")
-        lines += _indent(["offs0 = keep_base[None, :]", "mask0 = keep_mask[None, :]", *shift_body], 1)
-        lines.append(f"    shift = tl.where(mask0, {shift_names[source]}, 0.0)")
-    lines += _indent(init_lines(red), 1)
-    lines.append(_TILE.format(k="", red_offset=_RED_OFFSET[middle].format(k="")))
+        first, shift_names = writer.full([source], "_0", "offs0", "mask0")
+        shift = template.fill(_SHIFT, first=first, value=shift_names[source])
     loop_body, loop_names = writer.full([source], "_1", "offs", "mask")
-    lines += _indent(loop_body + accumulate_lines(red, loop_names[source]), 2)
-    lines += _indent(finalize_lines(red, _eps(group, red)), 1)
-    lines += _indent(writer.reduced(), 1)
-    store = "tl.store(out_ptr + {offs}, {value}.to(out_ptr.dtype.element_ty), mask={mask})"
+    accumulate = template.fill(
+        _TILES,
+        k="",
+        red_offset=_red_offset(middle, ""),
+        body=loop_body + accumulate_lines(red, loop_names[source]),
+    )
+    finalize = finalize_lines(red, _eps(group, red))
+    row_values = writer.reduced()
+    return template.fill(
+        _ROWS,
+        name=name,
+        params=_params(group, ["out_ptr", "n_keep", "n_red", "inner"]),
+        describe=group.describe(),
+        keep_base=_KEEP_BASE[middle],
+        shift=shift,
+        init=init_lines(red),
+        accumulate=accumulate,
+        finalize=finalize,
+        row_values=row_values,
+        write=_write(group, middle, writer),
+    )
+
+
+def _red_offset(middle: bool, k: str) -> str:
+    """Where reduced element red<k> of a row lies from the row's start (see the module docstring)."""
+    return f"red{k} * inner" if middle else f"(red{k} // inner) * (n_keep * inner) + red{k} % inner"
+
+
+def _write(group: Group, middle: bool, writer: SectionWriter) -> str:
+    """A row result stored per row, or loop 2 writing every element."""
     if group.out_space is Space.REDUCED:
-        lines.append(
-            "    " + store.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask")
-        )
-        return "\n".join(lines) + "\n"
-    lines.append(_TILE.format(k="2", red_offset=_RED_OFFSET[middle].format(k="2")))
+        return _STORE.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask")
     out_body, out_names = writer.full([group.output], "_2", "offs2", "mask2")
-    lines += _indent([*out_body, store.format(offs="offs2", value=out_names[group.output], mask="mask2")], 2)
-    return "\n".join(lines) + "\n"
+    store = _STORE.format(offs="offs2", value=out_names[group.output], mask="mask2")
+    return template.fill(_TILES, k="2", red_offset=_red_offset(middle, "2"), body=[*out_body, store])
 
 
 def _eps(group: Group, red: Reduction) -> str | None:
@@ -122,14 +160,9 @@ def _eps(group: Group, red: Reduction) -> str | None:
     return operand_renderer({}, scalars)(red.eps)
 
 
-def _params(group: Group, middle: list[str]) -> str:
+def _params(group: Group, middle: list[str]) -> list[str]:
     """The kernel's parameters: leaf pointers, `middle`, broadcast layouts, scalars (one per line)."""
     params = [f"{leaf.arg}_ptr" for leaf in group.leaves] + middle
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in group.leaves if leaf.broadcast]
     params += [s.arg for s in group.scalars]
-    return "\n".join(f"    {p}," for p in params)
-
-
-def _indent(lines: list[str], level: int) -> list[str]:
-    pad = "    " * level
-    return [pad + line for line in lines]
+    return [f"{p}," for p in params]

@@ -7,6 +7,7 @@ per element), computes the row layout and the broadcast layout of each leaf, pic
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
+from htam_graph.rules.codegen import template
 from htam_graph.rules.compose.group import Group, Leaf, Space
 from htam_graph.rules.compose.reducers import Reduction
 
@@ -63,6 +64,48 @@ def constants(name: str, config: KernelConfig) -> list[str]:
     ]
 
 
+# The launcher: the full shape, the row layout (reductions), the output, operand layouts, one launch.
+_LAUNCHER = '''\
+def $name($signature) -> torch.Tensor:
+    """$describe: sizes read from the tensors at run time."""
+    full_shape = torch.broadcast_shapes($full_shapes)
+    $row_layout
+    out = torch.empty($out_shape, device=$first.device, dtype=$dtype)
+    $operands
+    if out.numel() == 0:
+        return out
+    $grid
+    $kernel[grid](
+        $args,
+        $launch
+        num_warps=NUM_WARPS_$upper,
+    )
+    return out
+'''
+
+_ROW_LAYOUT = """\
+if len(full_shape) != $rank:
+    raise ValueError(f"expected a rank-$rank input, got shape {tuple(full_shape)}")
+n_keep, n_red, inner = row_layout(full_shape, $dims, $middle, $groups)
+row_shape = reduced_shape(full_shape, $dims, $keepdim)
+"""
+
+_FLAT_GRID = """\
+n_elements = out.numel()
+grid = (triton.cdiv(n_elements, BLOCK_$upper),)
+"""
+
+_ROW_GRID = """\
+block_k, block_r = row_tiles(n_keep, n_red, inner, $middle, BLOCK_$upper)
+grid = (triton.cdiv(n_keep, block_k),)
+"""
+
+_SHAPE_CHECK = """\
+if $arg.shape != $space:
+    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple($space)}")
+"""
+
+
 def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     """The Python function that allocates the output and launches `kernel_name` over it."""
     upper = name.upper()
@@ -71,71 +114,58 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
         [f"{leaf.arg}: torch.Tensor" for leaf in leaves] + [f"{s.arg}: float" for s in group.scalars]
     )
     full = [leaf.arg for leaf in leaves if leaf.space is Space.FULL]
-    lines = [
-        f"def {name}({signature}) -> torch.Tensor:",
-        f'    """{group.describe()}: sizes read from the tensors at run time."""',
-        f"    full_shape = torch.broadcast_shapes({', '.join(a + '.shape' for a in full)})",
-    ]
     red = group.reduction
-    if red is not None:
-        lines += _row_layout_lines(group, red)
-    out_shape = "full_shape" if group.out_space is Space.FULL else "row_shape"
-    lines.append(f"    out = torch.empty({out_shape}, device={full[0]}.device, dtype={group.out_dtype})")
-    for leaf in leaves:
-        lines += _leaf_lines(leaf)
-    lines += ["    if out.numel() == 0:", "        return out"]
     args = [leaf.arg for leaf in leaves] + ["out"]
     args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
     args += [s.arg for s in group.scalars]
     if red is None:
-        lines += [
-            "    n_elements = out.numel()",
-            f"    grid = (triton.cdiv(n_elements, BLOCK_{upper}),)",
-        ]
+        grid = template.fill(_FLAT_GRID, upper=upper)
         launch = [f"BLOCK=BLOCK_{upper}", f"INDEX_64=n_elements + BLOCK_{upper} > 2**31 - 1"]
     else:
-        middle = red.middle_reduced
-        lines += [
-            f"    block_k, block_r = row_tiles(n_keep, n_red, inner, {middle}, BLOCK_{upper})",
-            "    grid = (triton.cdiv(n_keep, block_k),)",
-        ]
+        grid = template.fill(_ROW_GRID, middle=red.middle_reduced, upper=upper)
         launch = [
             "BLOCK_K=block_k",
             "BLOCK_R=block_r",
             "INDEX_64=math.prod(full_shape) + block_k * block_r > 2**31 - 1",
         ]
-    lines += [
-        f"    {kernel_name}[grid](",
-        f"        {', '.join(args)},",
-        *(f"        {item}," for item in launch),
-        f"        num_warps=NUM_WARPS_{upper},",
-        "    )",
-        "    return out",
-    ]
-    return "\n".join(lines) + "\n"
+    return template.fill(
+        _LAUNCHER,
+        name=name,
+        signature=signature,
+        describe=group.describe(),
+        full_shapes=", ".join(a + ".shape" for a in full),
+        row_layout=_row_layout(group, red) if red is not None else "",
+        out_shape="full_shape" if group.out_space is Space.FULL else "row_shape",
+        first=full[0],
+        dtype=group.out_dtype,
+        operands=[line for leaf in leaves for line in _leaf_lines(leaf)],
+        grid=grid,
+        kernel=kernel_name,
+        args=", ".join(args),
+        launch=[f"{item}," for item in launch],
+        upper=upper,
+    )
 
 
-def _row_layout_lines(group: Group, red: Reduction) -> list[str]:
-    rank = len(group.full_shape)
-    return [
-        f"    if len(full_shape) != {rank}:",
-        f'        raise ValueError(f"expected a rank-{rank} input, got shape {{tuple(full_shape)}}")',
-        "    n_keep, n_red, inner = "
-        f"row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {red.groups})",
-        f"    row_shape = reduced_shape(full_shape, {red.dims!r}, {red.keepdim and not red.per_element})",
-    ]
+def _row_layout(group: Group, red: Reduction) -> str:
+    """The rows of the reduction and the shape of a row-valued result."""
+    return template.fill(
+        _ROW_LAYOUT,
+        rank=len(group.full_shape),
+        dims=repr(red.dims),
+        middle=red.middle_reduced,
+        groups=red.groups,
+        keepdim=red.keepdim and not red.per_element,
+    )
 
 
 def _leaf_lines(leaf: Leaf) -> list[str]:
+    """Contiguous, then the broadcast layout against the space the leaf is read in, or a shape check."""
     space = "full_shape" if leaf.space is Space.FULL else "row_shape"
-    lines = [f"    {leaf.arg} = {leaf.arg}.contiguous()"]
+    lines = [f"{leaf.arg} = {leaf.arg}.contiguous()"]
     if leaf.broadcast:
-        lines.append(f"    {leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, {space})")
+        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, {space})")
     else:
-        lines += [
-            f"    if {leaf.arg}.shape != {space}:",
-            f'        raise ValueError(f"{leaf.arg} has shape {{tuple({leaf.arg}.shape)}}, '
-            f'expected {{tuple({space})}}")',
-        ]
+        lines.append(template.fill(_SHAPE_CHECK, arg=leaf.arg, space=space))
     return lines
