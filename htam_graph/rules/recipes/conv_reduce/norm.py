@@ -78,9 +78,10 @@ def stats_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]
     return text, helpers
 
 
-def stats_finish_source(name: str) -> str:
-    return f'''@triton.jit
-def {name}(pmean_ptr, pm2_ptr, pcnt_ptr, mean_ptr, rstd_ptr, var_ptr, n_groups, n_split, eps, \
+# Merge the slices of BLOCK_G groups with Chan's formula: mean, 1/sqrt(biased var + eps), unbiased var.
+_STATS_FINISH = '''\
+@triton.jit
+def $name(pmean_ptr, pm2_ptr, pcnt_ptr, mean_ptr, rstd_ptr, var_ptr, n_groups, n_split, eps, \
 BLOCK_G: tl.constexpr):
     """Merge the slices of BLOCK_G groups (Chan's formula): mean, 1/sqrt(biased var + eps), unbiased var."""
     g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -99,6 +100,10 @@ BLOCK_G: tl.constexpr):
     tl.store(rstd_ptr + g, 1.0 / tl.sqrt(var + eps), mask=gmask)
     tl.store(var_ptr + g, m2 / tl.maximum(cnt - 1.0, 1.0), mask=gmask)
 '''
+
+
+def stats_finish_source(name: str) -> str:
+    return template.fill(_STATS_FINISH, name=name)
 
 
 # `norm_statistics_<stem>`: the module's running statistics in eval mode, else the two kernels' batch

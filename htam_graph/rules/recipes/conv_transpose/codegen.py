@@ -67,8 +67,8 @@ _RESERVED = frozenset(
 )  # fmt: skip
 
 # Emitted into every generated file: the launcher-side selection of one row phase's phase tensors.
-ROW_PHASES_SOURCE = '''\
-PHASE_SLOTS = __SLOTS__  # phase pointers of the kernel: innermost strides up to this are read in place
+_ROW_PHASES = '''\
+PHASE_SLOTS = $slots  # phase pointers of the kernel: innermost strides up to this are read in place
 
 
 def row_phase_tensors(
@@ -104,7 +104,8 @@ pass)."""
     for r3, y in enumerate(ys):
         out[..., r3::s3] = y
     return out
-'''.replace("__SLOTS__", str(PHASE_SLOTS))
+'''
+ROW_PHASES_SOURCE = template.fill(_ROW_PHASES, slots=PHASE_SLOTS)
 
 
 def phase_constants(kernel_name: str, config: KernelConfig) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from htam_graph.model import PrecisionPolicy
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView, header_line
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import Region
 from htam_graph.rules.ops import OpNode
 from htam_graph.rules.recipes.elementwise.library_epilogue import KEY as EPILOGUE_KEY
@@ -89,22 +90,25 @@ def _scope_name(key: str) -> str:
     return "Tf32MatmulScope" if key == TF32_MATMUL else "Tf32ConvolutionScope"
 
 
-def _scope_source(key: str) -> str:
-    # A plain class, not contextlib: the runtime's static check allows only a few standard modules.
-    switch = _SWITCH[key]
-    return f'''class {_scope_name(key)}:
-    """`with {_scope_name(key)}():` enables TF32 ({switch}) inside the block only.
+# A plain class, not contextlib: the runtime's static check allows only a few standard modules.
+_SCOPE = '''\
+class $name:
+    """`with $name():` enables TF32 ($switch) inside the block only.
 
     Scoped on purpose: the previous setting is restored on exit, because a global switch would also speed up
     (and change) the reference and every later call in the process.
     """
 
     def __enter__(self) -> None:
-        self.previous = {switch}
-        {switch} = True
+        self.previous = $switch
+        $switch = True
 
     def __exit__(self, *exc_info: object) -> None:
-        {switch} = self.previous'''
+        $switch = self.previous'''
+
+
+def _scope_source(key: str) -> str:
+    return template.fill(_SCOPE, name=_scope_name(key), switch=_SWITCH[key])
 
 
 def tf32_recipes() -> list[Tf32Library]:

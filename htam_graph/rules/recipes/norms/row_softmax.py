@@ -9,14 +9,17 @@ kernels are in every generated file; the launcher picks one from the row length 
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
+from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.ops import AttrScalar, OpKind, OpNode, Ref, number
 
 KEY = "reduction_structure.row_softmax"
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 
-_SINGLE = '''@triton.jit
-def {name}_row_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+# Rows that fit in registers: read once; max, sum of exp, write.
+_SINGLE = '''\
+@triton.jit
+def ${name}_row_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     """One program per row, the whole row in registers (BLOCK >= n_cols): max, sum of exp, write."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -26,12 +29,14 @@ def {name}_row_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     shifted = x - row_max  # <= 0: exp never overflows
     numerator = tl.exp(shifted)  # masked lanes: exp(-inf) = 0
     denominator = tl.sum(numerator, axis=0)
-    result = {single_result}
+    result = $single_result
     tl.store(out_ptr + row * n_cols + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
 '''
 
-_LOOPED = '''@triton.jit
-def {name}_row_looped_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+# Longer rows: an online max / rescaled sum pass over BLOCK-wide chunks, then a write pass.
+_LOOPED = '''\
+@triton.jit
+def ${name}_row_looped_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     """One program per row, for rows longer than a register block: online max/sum pass, then a write pass."""
     row = tl.program_id(0).to(tl.int64)
     base = row * n_cols
@@ -56,12 +61,14 @@ def {name}_row_looped_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
         mask = cols < n_cols
         x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
         shifted = x - row_max
-        result = {looped_result}
+        result = $looped_result
         tl.store(out_ptr + base + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
 '''
 
-_LAUNCHER = '''def {name}_rows(x: torch.Tensor) -> torch.Tensor:
-    """{op} over the last dimension of x, one program per row (row length read at run time)."""
+# The launcher picks the kernel from the row length at run time.
+_LAUNCHER = '''\
+def ${name}_rows(x: torch.Tensor) -> torch.Tensor:
+    """$op over the last dimension of x, one program per row (row length read at run time)."""
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel() == 0:
@@ -71,9 +78,9 @@ _LAUNCHER = '''def {name}_rows(x: torch.Tensor) -> torch.Tensor:
     block = triton.next_power_of_2(n_cols)
     if block <= MAX_SINGLE_BLOCK:
         num_warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)
-        {name}_row_kernel[(n_rows,)](x, out, n_cols, BLOCK=block, num_warps=num_warps)
+        ${name}_row_kernel[(n_rows,)](x, out, n_cols, BLOCK=block, num_warps=num_warps)
     else:
-        {name}_row_looped_kernel[(n_rows,)](x, out, n_cols, BLOCK=LOOPED_BLOCK, num_warps=LOOPED_NUM_WARPS)
+        ${name}_row_looped_kernel[(n_rows,)](x, out, n_cols, BLOCK=LOOPED_BLOCK, num_warps=LOOPED_NUM_WARPS)
     return out
 '''
 
@@ -111,8 +118,8 @@ class RowSoftmax(PlannedRecipe[OpNode]):
                 f"LOOPED_NUM_WARPS = {config.num_warps}",
             ),
             helpers=(),
-            kernels=(_SINGLE.format(**fill), _LOOPED.format(**fill)),
-            launchers=(_LAUNCHER.format(**fill),),
+            kernels=(template.fill(_SINGLE, **fill), template.fill(_LOOPED, **fill)),
+            launchers=(template.fill(_LAUNCHER, **fill),),
             class_doc=f"{node.op} over the last dimension with a per-row Triton kernel.",
             forward_body=(*_dim_guard(node, input_name), f"return {node.op}_rows({input_name})"),
         )
