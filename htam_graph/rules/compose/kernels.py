@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from htam_graph.rules.codegen.fused_elementwise import operand_renderer
+from htam_graph.rules.compose.cross_entropy import target_load
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
@@ -94,9 +95,14 @@ def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) 
         shift_body, shift_names = writer.full([source], "_0", "offs0", "mask0")
         lines += _indent(["offs0 = keep_base[None, :]", "mask0 = keep_mask[None, :]", *shift_body], 1)
         lines.append(f"    shift = tl.where(mask0, {shift_names[source]}, 0.0)")
+    target = next((leaf for leaf in group.leaves if leaf.index), None)  # cross-entropy's class indices
+    if target is not None and target.space is Space.REDUCED:  # one target per row, read before the loop
+        lines.append("    " + target_load(target.arg, red.ignore_index, "keep", "keep_mask"))
     lines += _indent(init_lines(red), 1)
     lines.append(_TILE.format(k="", red_offset=_RED_OFFSET[middle].format(k="")))
     loop_body, loop_names = writer.full([source], "_1", "offs", "mask")
+    if target is not None and target.space is Space.FULL:  # one target per element of the tile
+        loop_body.append(target_load(target.arg, red.ignore_index, "offs", "mask"))
     lines += _indent(loop_body + accumulate_lines(red, loop_names[source]), 2)
     lines += _indent(finalize_lines(red, _eps(group, red)), 1)
     lines += _indent(writer.reduced(), 1)
@@ -126,7 +132,7 @@ def _params(group: Group, middle: list[str]) -> str:
     """The kernel's parameters: leaf pointers, `middle`, broadcast layouts, scalars (one per line)."""
     params = [f"{leaf.arg}_ptr" for leaf in group.leaves] + middle
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in group.leaves if leaf.broadcast]
-    params += [s.arg for s in group.scalars]
+    params += [s.arg for s in group.scalars if s.in_kernel]
     return "\n".join(f"    {p}," for p in params)
 
 

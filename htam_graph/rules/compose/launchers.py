@@ -7,7 +7,7 @@ per element), computes the row layout and the broadcast layout of each leaf, pic
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
-from htam_graph.rules.compose.group import Group, Leaf, Space
+from htam_graph.rules.compose.group import GROUP_COUNT, Group, Leaf, Space
 from htam_graph.rules.compose.reducers import Reduction
 
 __all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
@@ -68,7 +68,8 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     upper = name.upper()
     leaves = list(group.leaves)
     signature = ", ".join(
-        [f"{leaf.arg}: torch.Tensor" for leaf in leaves] + [f"{s.arg}: float" for s in group.scalars]
+        [f"{leaf.arg}: torch.Tensor" for leaf in leaves]
+        + [f"{s.arg}: {'float' if s.in_kernel else 'int'}" for s in group.scalars]
     )
     full = [leaf.arg for leaf in leaves if leaf.space is Space.FULL]
     lines = [
@@ -87,7 +88,7 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     args = [leaf.arg for leaf in leaves] + ["out"]
     args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
-    args += [s.arg for s in group.scalars]
+    args += [s.arg for s in group.scalars if s.in_kernel]
     if red is None:
         lines += [
             "    n_elements = out.numel()",
@@ -118,11 +119,11 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
 
 def _row_layout_lines(group: Group, red: Reduction) -> list[str]:
     rank = len(group.full_shape)
+    groups = next((s.arg for s in group.scalars if s.key == GROUP_COUNT), str(red.groups))
     return [
         f"    if len(full_shape) != {rank}:",
         f'        raise ValueError(f"expected a rank-{rank} input, got shape {{tuple(full_shape)}}")',
-        "    n_keep, n_red, inner = "
-        f"row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {red.groups})",
+        f"    n_keep, n_red, inner = row_layout(full_shape, {red.dims!r}, {red.middle_reduced}, {groups})",
         f"    row_shape = reduced_shape(full_shape, {red.dims!r}, {red.keepdim and not red.per_element})",
     ]
 
