@@ -61,13 +61,13 @@ class OpKind(StrEnum):
     REDUCTION = (
         "reduction"  # sum / mean / prod / amax / amin / argmax / argmin / logsumexp over explicit dims
     )
-    NORM = "norm"  # nn.LayerNorm / GroupNorm / InstanceNorm*d / BatchNorm*d modules (statistics of the input)
+    NORM = "norm"  # nn.LayerNorm / GroupNorm / InstanceNorm*d / BatchNorm*d / RMSNorm and their F.* forms
     POOL = "pool"  # max_pool{1,2,3}d / avg_pool{1,2,3}d (window parameters in params)
     LAYOUT = "layout"  # unsqueeze (a view) and diag (a vector -> a diagonal matrix): no arithmetic
     IDENTITY = "identity"  # clone / detach / contiguous: the same values (algebraic_rewrite.drop_noops)
     RANDOM = "random"  # nn.Dropout: the identity only in eval mode or with p = 0 (never assumed statically)
     TOTAL = "total"  # sum / mean over every element (no dim): a 0-d result
-    LOSS = "loss"  # F.mse_loss / l1_loss / smooth_l1_loss / huber_loss / kl_div: elementwise term + reduction
+    LOSS = "loss"  # F.mse_loss / l1_loss / smooth_l1_loss / huber_loss / kl_div / cross_entropy (+ reduction)
     SCAN = "scan"  # cumsum / cumprod along one dim
     # size() and int arithmetic on it, narrow, select, zeros_like, cat: index bookkeeping that only a recipe
     # proving the whole pattern (e.g. an exclusive scan written as cat + narrow) may use
@@ -329,6 +329,20 @@ def _loss_scan_structural_signatures() -> dict[str, Signature]:
             "huber_loss", loss, pair, (("reduction", "mean"), ("delta", 1.0), ("weight", None))
         ),
         "kl_div": Signature("kl_div", loss, pair, (*legacy, ("reduction", "mean"), ("log_target", False))),
+        # class-index targets (an int tensor of the input's shape without dim 1); F.cross_entropy's order
+        "cross_entropy": Signature(
+            "cross_entropy",
+            loss,
+            pair,
+            (
+                ("weight", None),
+                *legacy[:1],
+                ("ignore_index", -100),
+                *legacy[1:],
+                ("reduction", "mean"),
+                ("label_smoothing", 0.0),
+            ),
+        ),
         "size": Signature("size", struct, ("input",), (("dim", None),)),
         "narrow": Signature("narrow", struct, ("input",), (("dim", None), ("start", None), ("length", None))),
         "select": Signature("select", struct, ("input",), (("dim", None), ("index", None))),
@@ -382,6 +396,10 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "InstanceNorm3d": ("nn_instance_norm", ("eps", "affine", "track_running_stats")),
     "RMSNorm": ("nn_rms_norm", ("normalized_shape", "eps", "elementwise_affine")),
     "Dropout": ("dropout", ("p",)),
+    "CrossEntropyLoss": (
+        "cross_entropy",
+        ("ignore_index", "reduction", "label_smoothing"),
+    ),  # weight: a buffer
     **{
         f"BatchNorm{d}d": ("nn_batch_norm", ("eps", "momentum", "affine", "track_running_stats"))
         for d in (1, 2, 3)

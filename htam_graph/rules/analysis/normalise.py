@@ -290,9 +290,11 @@ def _module_node(
     entry = MODULE_OPS.get(cls.__name__)
     if entry is None or not cls.__module__.startswith("torch.nn.modules"):
         raise NotApplicable(f"unsupported submodule {path} ({cls.__module__}.{cls.__name__})")
+    op, attr_names = entry
+    if SIGNATURES[op].kind is OpKind.LOSS:
+        return _loss_module_node(fx_node, module, names, shape, dtype, op, attr_names)
     if fx_node.kwargs or len(fx_node.args) != 1:
         raise NotApplicable(f"submodule {path} is called with more than one argument")
-    op, attr_names = entry
     origin = f"nn.{cls.__name__} {path}"
     operands: tuple[Value, ...] = (_value(fx_node.args[0], names),)
     if SIGNATURES[op].kind in (OpKind.LIBRARY, OpKind.NORM):
@@ -309,6 +311,33 @@ def _module_node(
     sig = SIGNATURES[op]
     _check_semantics(sig, operands, params)
     return OpNode(fx_node.name, sig.kind, op, operands, params, shape, dtype, path, origin)
+
+
+def _loss_module_node(
+    fx_node: Any,
+    module: Any,
+    names: dict[Any, str],
+    shape: tuple[int, ...],
+    dtype: str,
+    op: str,
+    attr_names: tuple[str, ...],
+) -> OpNode:
+    """A loss module called as `self.loss(input, target)`: the functional loss's node, its parameters read
+    from the module (the others at the function's defaults); class weights are not supported."""
+    path = str(fx_node.target)
+    if fx_node.kwargs or len(fx_node.args) != 2:
+        raise NotApplicable(f"loss module {path} is not called as {path}(input, target)")
+    if getattr(module, "weight", None) is not None:
+        raise NotApplicable(f"{op}: class weights ({path}.weight) are not supported")
+    sig = SIGNATURES[op]
+    operands = tuple(_value(a, names) for a in fx_node.args)
+    params = tuple(
+        (p, _module_scalar(module, path, p) if p in attr_names else Const(default))
+        for p, default in sig.params
+    )
+    _check_semantics(sig, operands, params)
+    origin = f"nn.{type(module).__name__} {path}"
+    return OpNode(fx_node.name, OpKind.LOSS, op, operands, params, shape, dtype, path, origin)
 
 
 def _global_average_pool(

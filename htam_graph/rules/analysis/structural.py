@@ -119,3 +119,16 @@ def check_loss(sig: Signature, params: tuple[tuple[str, Value], ...]) -> None:
     allowed = ("mean", "sum", "none", "batchmean") if sig.op == "kl_div" else ("mean", "sum", "none")
     if not (isinstance(reduction, Const) and reduction.value in allowed):
         raise NotApplicable(f"{sig.op}: reduction={reduction} is not supported")
+    if sig.op == "cross_entropy":
+        _check_cross_entropy(values)
+
+
+def _check_cross_entropy(values: dict[str, Value]) -> None:
+    """Class-index cross-entropy as PyTorch computes it by default: no label smoothing, ignore_index -100
+    (rows whose target is -100 add nothing and are not counted)."""
+    if values["ignore_index"] != Const(-100):
+        raise NotApplicable(
+            f"cross_entropy: ignore_index={values['ignore_index']} is not supported (only -100)"
+        )
+    if number(values["label_smoothing"]) != 0:
+        raise NotApplicable(f"cross_entropy: label_smoothing={values['label_smoothing']} is not supported")

@@ -19,13 +19,14 @@ from enum import StrEnum
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.codegen.fused_elementwise import identifier
-from htam_graph.rules.compose.reducers import REDUCING_KINDS, Reduction, describe_reduction
+from htam_graph.rules.compose.reducers import REDUCING_KINDS, TRAILING_NORMS, Reduction, describe_reduction
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value
 
-__all__ = ["DTYPE_EPS", "Group", "Leaf", "Scalar", "Space", "build_group", "values_of"]
+__all__ = ["DTYPE_EPS", "GROUP_COUNT", "Group", "Leaf", "Scalar", "Space", "build_group", "values_of"]
 
 FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 DTYPE_EPS = "<dtype eps>"  # the Scalar key of RMS norm's default epsilon (torch.finfo(dtype).eps)
+GROUP_COUNT = "<num_groups>"  # the Scalar key of a group norm's group count read from a model attribute
 
 
 class Space(StrEnum):
@@ -43,15 +44,20 @@ class Leaf:
     space: Space
     shape: tuple[int, ...]  # as analysed (a per-channel norm parameter viewed as (C, 1, ..., 1))
     broadcast: bool  # False: the leaf has its space's full shape and is read at the flat index
+    index: bool = False  # True: cross-entropy's int64 targets, loaded as they are by the reduction's lines
 
 
 @dataclass(frozen=True)
 class Scalar:
-    """A number read from a module attribute at run time (`expr`), passed to the kernel as `arg`."""
+    """A number read from a module attribute at run time (`expr`), passed to the kernel as `arg`.
+
+    A launcher-only scalar (`in_kernel` False: a group norm's group count, which sets the row layout) is an
+    int argument of the launcher and never reaches the kernel."""
 
     key: str
     arg: str
     expr: str
+    in_kernel: bool = True
 
 
 @dataclass(frozen=True)
@@ -223,6 +229,9 @@ def _leaves(
     if reduction is not None and reduction.eps == Const(None):
         dtype = _float_dtype(graph, reduction.node.operands[0].name)  # type: ignore[union-attr]
         scalars[DTYPE_EPS] = Scalar(DTYPE_EPS, identifier("eps", taken), f"torch.finfo({dtype}).eps")
+    if reduction is not None and reduction.groups_from is not None:
+        path = reduction.groups_from
+        scalars[GROUP_COUNT] = Scalar(GROUP_COUNT, identifier(path, taken), f"int(self.{path})", False)
     if reduction is not None:
         for value in (reduction.weight, reduction.bias):
             if isinstance(value, Ref):
@@ -232,6 +241,11 @@ def _leaves(
                 )
             elif value != Const(None):
                 raise NotApplicable(f"{reduction.node.op} with a non-tensor affine parameter {value}")
+    if reduction is not None and reduction.target is not None:
+        leaf = _target_leaf(graph, reduction.target.name, leaf_exprs, full_shape, small, taken)
+        if (leaf.ref, leaf.space) in leaves:
+            raise NotApplicable(f"the targets {leaf.ref} are also read as values")
+        leaves[(leaf.ref, leaf.space)] = leaf
     full_leaves = [leaf.shape for leaf in leaves.values() if leaf.space is Space.FULL]
     if _broadcast_all(full_leaves, len(full_shape)) != full_shape:
         raise NotApplicable(
@@ -262,6 +276,26 @@ def _leaf(
     return Leaf(ref, identifier(ref + suffix, taken), expr, space, shape, shape != target)
 
 
+def _target_leaf(
+    graph: OpGraph,
+    name: str,
+    leaf_exprs: dict[str, str],
+    full_shape: tuple[int, ...],
+    small: tuple[int, ...],
+    taken: set[str],
+) -> Leaf:
+    """Cross-entropy's targets: one per row of the loss (REDUCED) or per element of the rows' mean (FULL)."""
+    if name not in leaf_exprs:
+        raise NotApplicable(f"the targets {name} are computed in the forward")
+    info = graph.tensor(name)
+    if info is None or info.dtype != "torch.int64":
+        raise NotApplicable(f"the targets {name} are not an int64 tensor")
+    space = Space.FULL if info.shape == full_shape else Space.REDUCED
+    if info.shape != (full_shape if space is Space.FULL else small):
+        raise NotApplicable(f"the targets {name}{list(info.shape)} are not one per row")
+    return Leaf(name, identifier(name, taken), leaf_exprs[name], space, info.shape, False, True)
+
+
 def _float_shape(graph: OpGraph, name: str) -> tuple[int, ...]:
     _float_dtype(graph, name)
     return graph.shape_of(name)
@@ -284,7 +318,7 @@ def _affine(
     if name not in leaf_exprs:
         raise NotApplicable(f"{reduction.node.op}'s affine operand {name} is computed in the forward")
     shape = _float_shape(graph, name)
-    if reduction.node.op in ("nn_layer_norm", "layer_norm", "nn_rms_norm") or rank <= 2:
+    if reduction.node.op in TRAILING_NORMS or rank <= 2:
         return shape, leaf_exprs[name]
     if len(shape) != 1:
         raise NotApplicable(f"{reduction.node.op}'s affine operand {name} is not a vector")

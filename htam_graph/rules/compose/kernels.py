@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import operand_renderer
+from htam_graph.rules.compose.cross_entropy import target_load
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
@@ -112,7 +113,13 @@ def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) 
     if red.needs_shift:  # each row's first value: the moments are sums of deviations from it
         first, shift_names = writer.full([source], "_0", "offs0", "mask0")
         shift = template.fill(_SHIFT, first=first, value=shift_names[source])
+    target = next((leaf for leaf in group.leaves if leaf.index), None)  # cross-entropy's class indices
+    row_target = []  # one target per row, read before the loop
+    if target is not None and target.space is Space.REDUCED:
+        row_target = [target_load(target.arg, red.ignore_index, "keep", "keep_mask")]
     loop_body, loop_names = writer.full([source], "_1", "offs", "mask")
+    if target is not None and target.space is Space.FULL:  # one target per element of the tile
+        loop_body.append(target_load(target.arg, red.ignore_index, "offs", "mask"))
     accumulate = template.fill(
         _TILES,
         k="",
@@ -128,7 +135,7 @@ def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) 
         describe=group.describe(),
         keep_base=_KEEP_BASE[middle],
         shift=shift,
-        init=init_lines(red),
+        init=[*row_target, *init_lines(red)],
         accumulate=accumulate,
         finalize=finalize,
         row_values=row_values,
@@ -164,5 +171,5 @@ def _params(group: Group, middle: list[str]) -> list[str]:
     """The kernel's parameters: leaf pointers, `middle`, broadcast layouts, scalars (one per line)."""
     params = [f"{leaf.arg}_ptr" for leaf in group.leaves] + middle
     params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in group.leaves if leaf.broadcast]
-    params += [s.arg for s in group.scalars]
+    params += [s.arg for s in group.scalars if s.in_kernel]
     return [f"{p}," for p in params]

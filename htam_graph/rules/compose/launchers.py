@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
-from htam_graph.rules.compose.group import Group, Leaf, Space
+from htam_graph.rules.compose.group import GROUP_COUNT, Group, Leaf, Space
 from htam_graph.rules.compose.reducers import Reduction
 
 __all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
@@ -111,14 +111,15 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     upper = name.upper()
     leaves = list(group.leaves)
     signature = ", ".join(
-        [f"{leaf.arg}: torch.Tensor" for leaf in leaves] + [f"{s.arg}: float" for s in group.scalars]
+        [f"{leaf.arg}: torch.Tensor" for leaf in leaves]
+        + [f"{s.arg}: {'float' if s.in_kernel else 'int'}" for s in group.scalars]
     )
     full = [leaf.arg for leaf in leaves if leaf.space is Space.FULL]
     red = group.reduction
     args = [leaf.arg for leaf in leaves] + ["out"]
     args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
-    args += [s.arg for s in group.scalars]
+    args += [s.arg for s in group.scalars if s.in_kernel]
     if red is None:
         grid = template.fill(_FLAT_GRID, upper=upper)
         launch = [f"BLOCK=BLOCK_{upper}", f"INDEX_64=n_elements + BLOCK_{upper} > 2**31 - 1"]
@@ -155,7 +156,7 @@ def _row_layout(group: Group, red: Reduction) -> str:
         rank=len(group.full_shape),
         dims=repr(red.dims),
         middle=red.middle_reduced,
-        groups=red.groups,
+        groups=next((s.arg for s in group.scalars if s.key == GROUP_COUNT), str(red.groups)),
         keepdim=red.keepdim and not red.per_element,
     )
 

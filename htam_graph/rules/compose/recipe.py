@@ -5,7 +5,8 @@ views stay PyTorch calls (cuDNN / cuBLAS), and every run of elementwise ops with
 normalisation between them becomes ONE Triton kernel (group.py, kernels.py), whatever the ops are: an
 elementwise prologue before a GEMM, a GEMM's epilogue with a norm and more elementwise ops after it, a conv
 followed by a reduction. A conv's or an nn.Linear's bias (the forward's first op) moves into the kernel after
-it. No special recipe is needed for a new combination of supported ops.
+it. Cross-entropy with class-index targets becomes its two reductions (per-row loss, then their mean:
+cross_entropy.py). No special recipe is needed for a new combination of supported ops.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, Ta
 from htam_graph.rules.codegen.fused_elementwise import BROADCAST_LAYOUT_SOURCE
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import helper_sources
+from htam_graph.rules.compose.cross_entropy import expand_cross_entropy
 from htam_graph.rules.compose.group import Group, build_group
 from htam_graph.rules.compose.kernels import kernel_source
 from htam_graph.rules.compose.launchers import ROW_HELPERS_SOURCE, constants, launcher_source
@@ -60,7 +62,7 @@ def plan_composed(view: TaskView) -> ComposedPlan:
         raise NotApplicable(
             "the forward's constants were computed from the analysed sizes (shape introspection)"
         )
-    graph = _fold_first_bias(drop_identities(graph))
+    graph = _fold_first_bias(expand_cross_entropy(drop_identities(graph)))
     stages = tuple(partition(graph))
     if not any(isinstance(s, FusedStage) for s in stages):
         raise NotApplicable("the forward has no elementwise op or reduction to fuse")

@@ -20,13 +20,18 @@ import math
 from dataclasses import dataclass
 
 from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.compose.cross_entropy import CE_MEAN, CE_ROWS
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, Value, number
 
-__all__ = ["Reduction", "describe_reduction", "REDUCING_KINDS"]
+__all__ = ["Reduction", "describe_reduction", "REDUCING_KINDS", "TRAILING_NORMS"]
 
 REDUCING_KINDS = (OpKind.REDUCTION, OpKind.TOTAL, OpKind.NORM, OpKind.SOFTMAX)
-_CHANNEL_NORMS = ("nn_group_norm", "nn_instance_norm", "nn_batch_norm")
-_TRAILING_NORMS = ("nn_layer_norm", "layer_norm", "nn_rms_norm")
+# norm modules (nn_*) and the functional norms (analysis/functional.py) that compute the same statistics
+_GROUP_NORMS = ("nn_group_norm", "group_norm")
+_INSTANCE_NORMS = ("nn_instance_norm", "instance_norm")
+_RMS_NORMS = ("nn_rms_norm", "rms_norm")
+_CHANNEL_NORMS = (*_GROUP_NORMS, *_INSTANCE_NORMS, "nn_batch_norm")
+TRAILING_NORMS = ("nn_layer_norm", "layer_norm", *_RMS_NORMS)
 _SUM_TRANSFORMS = {"sum": "{v}", "mean": "{v}", "l1": "tl.abs({v})", "l2": "{v} * {v}"}
 
 
@@ -45,6 +50,9 @@ class Reduction:
     eps: Value | None  # norms: the epsilon (None: RMS norm's dtype epsilon)
     weight: Value
     bias: Value
+    groups_from: str | None = None  # group norm: the model attribute whose group count is read at run time
+    target: Ref | None = None  # cross-entropy's rows / mean: the class-index targets (cross_entropy.py)
+    ignore_index: int = -100
 
     @property
     def needs_shift(self) -> bool:
@@ -82,12 +90,37 @@ def _make(
     per_element: bool,
     groups: int = 1,
     eps: Value | None = None,
+    groups_from: str | None = None,
 ) -> Reduction:
     weight = node.operands[1] if node.kind is OpKind.NORM and len(node.operands) > 1 else Const(None)
     bias = node.operands[2] if node.kind is OpKind.NORM and len(node.operands) > 2 else Const(None)
+    target, ignore_index = _target(node)
     return Reduction(
-        node, family, transform, dims, _middle(dims), groups, keepdim, per_element, eps, weight, bias
+        node,
+        family,
+        transform,
+        dims,
+        _middle(dims),
+        groups,
+        keepdim,
+        per_element,
+        eps,
+        weight,
+        bias,
+        groups_from,
+        target,
+        ignore_index,
     )
+
+
+def _target(node: OpNode) -> tuple[Ref | None, int]:
+    """Cross-entropy's targets and ignore_index (None, -100 for every other op)."""
+    if node.op not in (CE_ROWS, CE_MEAN):
+        return None, -100
+    target, ignore = node.operands[1], number(node.param("ignore_index"))
+    if not isinstance(target, Ref) or not isinstance(ignore, int):
+        raise NotApplicable(f"{node.op} without a target tensor and an int ignore_index")
+    return target, ignore
 
 
 def _reduction_family(node: OpNode) -> tuple[str, str]:
@@ -100,8 +133,10 @@ def _reduction_family(node: OpNode) -> tuple[str, str]:
         return "min", "{v}"
     if op == "prod":
         return "prod", "{v}"
-    if op == "logsumexp":
+    if op in ("logsumexp", CE_ROWS):
         return "lse", "{v}"
+    if op == CE_MEAN:
+        return "sum", "{v}"
     if op in ("var", "std"):
         _correction(node)
         return "moments", "{v}"
@@ -147,33 +182,43 @@ def correction_of(red: Reduction) -> float:
 def _norm(node: OpNode, rank: int) -> Reduction:
     op = node.op
     eps = node.param("eps")
-    if op in _TRAILING_NORMS:
+    if op in TRAILING_NORMS:
         normalized = node.param("normalized_shape")
         shape = normalized.value if isinstance(normalized, Const) else None
         shape = (shape,) if isinstance(shape, int) and not isinstance(shape, bool) else shape
         if not isinstance(shape, tuple) or not shape or len(shape) > rank:
             raise NotApplicable(f"{op} with normalized_shape={normalized}")
         dims = tuple(range(rank - len(shape), rank))
-        if op == "nn_rms_norm":
+        if op in _RMS_NORMS:
             return _make(node, "sum", "{v} * {v}", dims, keepdim=True, per_element=True, eps=eps)
         return _make(node, "moments", "{v}", dims, keepdim=True, per_element=True, eps=eps)
     if op not in _CHANNEL_NORMS:
         raise NotApplicable(f"{op} is not a norm the composed kernels compute")
     if rank < 2:
         raise NotApplicable(f"{op} of an input without a channel dim")
-    if op == "nn_instance_norm":
-        if node.param("track_running_stats") != Const(False):
+    if op in _INSTANCE_NORMS:
+        if op == "nn_instance_norm" and node.param("track_running_stats") != Const(False):
             raise NotApplicable("instance norm with running statistics")
         if rank < 3:
             raise NotApplicable("unbatched instance norm input")
         return _make(node, "moments", "{v}", tuple(range(2, rank)), keepdim=True, per_element=True, eps=eps)
-    if op == "nn_group_norm":
+    if op in _GROUP_NORMS:
         groups = node.param("num_groups")
-        if not isinstance(groups, Const) or not isinstance(groups.value, int):
+        if not isinstance(groups, Const | AttrScalar) or not isinstance(groups.value, int):
             raise NotApplicable("group norm without a constant number of groups")
+        # a model attribute (`F.group_norm(x, self.groups)`) may differ between the model's configurations
+        source = groups.path if isinstance(groups, AttrScalar) else None
         dims = tuple(range(1, rank))
         return _make(
-            node, "moments", "{v}", dims, keepdim=True, per_element=True, groups=groups.value, eps=eps
+            node,
+            "moments",
+            "{v}",
+            dims,
+            keepdim=True,
+            per_element=True,
+            groups=groups.value,
+            eps=eps,
+            groups_from=source,
         )
     momentum = node.param("momentum")
     if number(momentum) is None and node.param("track_running_stats") == Const(True):

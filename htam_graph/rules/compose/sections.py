@@ -34,7 +34,7 @@ class SectionWriter:
         group = self.group
         needed = self._ancestors(targets)
         nodes = [n for n in group.nodes if n.name in needed and group.space_of(n.name) is Space.FULL]
-        leaves = [lf for lf in group.leaves if lf.space is Space.FULL and lf.ref in needed]
+        leaves = [lf for lf in group.leaves if lf.space is Space.FULL and lf.ref in needed and not lf.index]
         names: dict[str, str] = {}
         lines = [_load(leaf, suffix, offs, mask) for leaf in leaves]
         names.update({leaf.ref: f"{leaf.arg}{suffix}" for leaf in leaves})
@@ -56,7 +56,7 @@ class SectionWriter:
         group = self.group
         assert group.reduction is not None
         lines: list[str] = []
-        leaves = [lf for lf in group.leaves if lf.space is Space.REDUCED]
+        leaves = [lf for lf in group.leaves if lf.space is Space.REDUCED and not lf.index]
         for leaf in leaves:
             lines.append(_load(leaf, "", "keep", "keep_mask"))
             self.row_vars[leaf.ref] = leaf.arg

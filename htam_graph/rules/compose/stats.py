@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.codegen.triton_math import render_literal
+from htam_graph.rules.compose.cross_entropy import (
+    target_accumulate,
+    target_finalize,
+    target_init,
+    target_row_value,
+)
 from htam_graph.rules.compose.reducers import Reduction, correction_of
 
 __all__ = ["PROD_COMBINE", "accumulate_lines", "element_value", "finalize_lines", "init_lines", "row_value"]
@@ -77,17 +83,23 @@ _FINALIZE = {
 
 
 def init_lines(red: Reduction) -> list[str]:
-    return list(_INIT[red.family])
+    extra = target_init(red.node.op) if red.target is not None else []
+    return [*_INIT[red.family], *extra]
 
 
 def accumulate_lines(red: Reduction, value: str) -> list[str]:
     transform = red.transform.format(v=value)
-    return [line.format(t=transform) for line in _ACCUMULATE[red.family]]
+    lines = [line.format(t=transform) for line in _ACCUMULATE[red.family]]
+    if red.target is not None:
+        lines += target_accumulate(red.node.op, transform, red.ignore_index)
+    return lines
 
 
 def finalize_lines(red: Reduction, eps: str | None) -> list[str]:
     """The per-row values; norms add `row_rstd` (1 / sqrt(variance or mean square + eps))."""
     lines = ["n = n_red * 1.0", *_FINALIZE[red.family]]
+    if red.target is not None:
+        lines += target_finalize(red.node.op)
     if red.per_element and red.family == "moments":
         lines.append(f"row_rstd = 1.0 / tl.sqrt(row_m2 / n + {eps})")
     elif red.per_element and red.family == "sum":  # RMS norm: the mean of squares
@@ -98,6 +110,8 @@ def finalize_lines(red: Reduction, eps: str | None) -> list[str]:
 def row_value(red: Reduction) -> str:
     """The [BLOCK_K] value of a row-valued reduction, from the finalized row values."""
     op = red.node.op
+    if red.target is not None:
+        return target_row_value(op, red.ignore_index)
     if op == "logsumexp":
         return "row_max + tl.log(row_sum)"
     if op in ("var", "std"):
