@@ -60,14 +60,15 @@ __all__ = [
 ]
 
 SMOKE_BATCH = 2
-MAX_ELEMENTS = 1 << 16  # input + output elements of a smoke variant (meta estimate): Triton candidates run
-# under the interpreter on the CPU, which costs ~5 µs per element, so smoke tensors stay in the tens of thousands
+MAX_ELEMENTS = 1 << 14  # input elements of a smoke variant (meta estimate): Triton candidates run under the
+# interpreter on the CPU at ~5 µs per element for elementwise code, and a looped row reduction costs several
+# times that (a 65k-element norm row takes ~10 s a call), so smoke tensors stay near sixteen thousand
 MAX_PARAMS = 1 << 19  # a Linear's weight is what a hand-written GEMM tiles over, program by program
 MAX_FLOPS = 100_000_000  # matmul/conv FLOPs of a smoke variant: a hand-written Triton conv or GEMM pays
 # about 1 s per 2-3 MFLOP under the interpreter, so 1e8 keeps one evaluation of such a candidate near a minute
 DEFAULT_BUDGET_S = 1.0
 # Part of the on-disk cache key of variant selections: raise it when the caps or the search change.
-SELECTION_VERSION = 3
+SELECTION_VERSION = 4
 _GIVE_UP_FACTOR = 10.0  # stop backing off after a failed step that took this many budgets
 _MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
