@@ -58,24 +58,18 @@ def test_malformed_folder_is_one_line_exit_1(htam_settings: Settings, tmp_path: 
         assert "single_input_configs must be a non-empty list of objects" in out
 
 
+def _one_smoke_step(tasks: Path) -> list[str]:
+    """`bench` of the task folder: one rules step at smoke sizes on the CPU, rows as JSON."""
+    return ["bench", "--tasks", str(tasks), "--steps", "1", "--device", "cpu", "--shape", "smoke", "--json"]
+
+
 def test_bench_runs_a_robust_kbench_path(htam_settings: Settings, tmp_path: Path) -> None:
     """One rules step at smoke sizes on the CPU (the sample at test sizes): the task is imported, run, and its
     row and report written.
     (Whether a rules recipe applies is the rules library's business; the evaluator side is tested in
     test_tasks_robust_kbench_eval.py.)"""
     out_dir = tmp_path / "bench"
-    args = [
-        "bench",
-        "--tasks",
-        str(small_sample(tmp_path)),
-        "--steps",
-        "1",
-        "--device",
-        "cpu",
-        "--shape",
-        "smoke",
-    ]
-    code, out = _invoke(htam_settings, *args, "--json", "--out", str(out_dir))
+    code, out = _invoke(htam_settings, *_one_smoke_step(small_sample(tmp_path)), "--out", str(out_dir))
     assert code == 0, out
     rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [(r["task"], r["status"]) for r in rows] == [("robust-kbench/layernorm", "done")], rows
@@ -104,18 +98,7 @@ def test_transfer_study_on_the_h200_kernelbench_bank(htam_settings: Settings, tm
     bank = _counts(htam_settings)
     assert bank["Attempt"] == 410 and bank["TRANSITION"] >= 70  # the bench's 410 attempts (+ seed priors)
 
-    common = [
-        "bench",
-        "--tasks",
-        str(small_sample(tmp_path / "tasks")),
-        "--steps",
-        "1",
-        "--device",
-        "cpu",
-        "--shape",
-        "smoke",
-        "--json",
-    ]
+    common = _one_smoke_step(small_sample(tmp_path / "tasks"))
     code, out = _invoke(htam_settings, *common, "--frozen-memory", "--out", str(tmp_path / "frozen"))
     assert code == 0, out
     (row,) = [json.loads(x) for x in (tmp_path / "frozen" / "results.jsonl").read_text().splitlines()]
