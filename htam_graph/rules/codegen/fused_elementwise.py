@@ -28,6 +28,7 @@ __all__ = [
     "launcher_source",
     "region_body",
     "BROADCAST_LAYOUT_SOURCE",
+    "FULL_SHAPE_CHECK",
 ]
 
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
@@ -281,7 +282,7 @@ def $name($signature) -> torch.Tensor:
     return out
 '''
 
-_FULL_SHAPE_CHECK = """\
+FULL_SHAPE_CHECK = """\
 if $arg.shape != out_shape:
     raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
 """
@@ -313,7 +314,7 @@ def launcher_source(region: Region, launcher_name: str, kernel_name: str, config
 def _prepare_operand(leaf: Leaf) -> list[str]:
     """A full-shape operand's shape check, or a broadcast operand's layout; contiguous either way."""
     if not leaf.broadcast:
-        return [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg), f"{leaf.arg} = {leaf.arg}.contiguous()"]
+        return [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg), f"{leaf.arg} = {leaf.arg}.contiguous()"]
     return [
         f"{leaf.arg} = {leaf.arg}.contiguous()",
         f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)",

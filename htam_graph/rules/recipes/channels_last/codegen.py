@@ -15,6 +15,7 @@ from __future__ import annotations
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import (
+    FULL_SHAPE_CHECK,
     Leaf,
     Region,
     flat_broadcast,
@@ -143,11 +144,6 @@ def $name($signature) -> torch.Tensor:
     return out
 '''
 
-_FULL_SHAPE_CHECK = """\
-if $arg.shape != out_shape:
-    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
-"""
-
 _PER_CHANNEL_CHECK = """\
 spatial_dims = $arg.shape[2 - len(out_shape) :]  # read at the channel index alone
 if $arg.dim() < len(out_shape) - 1 or $arg.numel() != out_shape[1] or any(d != 1 for d in spatial_dims):
@@ -185,7 +181,7 @@ def layout_launcher_source(
 def _prepare_operand(leaf: Leaf, conv_arg: str, per_channel: frozenset[str]) -> list[str]:
     """The operand's shape check (full or per-channel) or its broadcast layout; contiguous (but the conv
     output, whose layout the kernel reads as it is)."""
-    lines = [] if leaf.broadcast else [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg)]
+    lines = [] if leaf.broadcast else [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg)]
     if leaf.arg != conv_arg:
         lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
     if leaf.ref in per_channel:

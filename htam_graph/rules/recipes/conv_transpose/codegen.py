@@ -27,6 +27,7 @@ from __future__ import annotations
 from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import (
+    FULL_SHAPE_CHECK,
     Leaf,
     Region,
     flat_broadcast,
@@ -281,11 +282,6 @@ def $name($signature) -> torch.Tensor:
     return out
 '''
 
-_FULL_SHAPE_CHECK = """\
-if $arg.shape != out_shape:
-    raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
-"""
-
 _PER_CHANNEL_CHECK = """\
 if $arg.numel() != out_shape[1] or any(d != 1 for d in $arg.shape[2 - len(out_shape) :]):
     raise ValueError(f"$arg is not per-channel: {tuple($arg.shape)}")
@@ -316,7 +312,7 @@ def phase_launcher_source(
 
 def _prepare_operand(leaf: Leaf, per_channel: frozenset[str]) -> list[str]:
     """The operand's shape check (full or per-channel) or its broadcast layout; contiguous either way."""
-    lines = [] if leaf.broadcast else [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg)]
+    lines = [] if leaf.broadcast else [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg)]
     lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
     if leaf.ref in per_channel:
         lines.append(template.fill(_PER_CHANNEL_CHECK, arg=leaf.arg))
