@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: install into ./.venv and run the test suite, on every core (pytest-xdist) but for the
 # Neo4j tests, which run beside it in one process of their own. HTAM_TEST_WORKERS=0 runs the first part serially.
+# The slow tier (tests/slow.txt and the tests marked `slow` in place) is left out unless HTAM_TEST_SLOW=1.
 # Exit code 5 from pytest (no tests collected) is a failure here: a suite that runs nothing proves nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,13 +51,15 @@ export TRITON_INTERPRET=1
 # Two pytest runs at once: everything but the Neo4j tests on every core, and beside it the Neo4j tests in one
 # process (they share one database, which each of them empties; pytest-xdist's group scheduling does not keep
 # them together under pytest 9; they mostly wait on the server). The Neo4j run's output is shown when both
-# have ended. The marker expressions repeat pyproject's default deselection.
+# have ended. The marker expressions repeat pyproject's default deselection. worksteal: an idle worker takes
+# queued tests from a busy one, so one worker does not end the run alone on a queue of long tests.
 DEFAULT_MARKS="not gpu and not live and not slow"
+[ "${HTAM_TEST_SLOW:-0}" = 1 ] && DEFAULT_MARKS="not gpu and not live"
 neo4j_log=$(mktemp)
 set +e
 .venv/bin/python -m pytest -q -m "$DEFAULT_MARKS and neo4j" tests "$@" >"$neo4j_log" 2>&1 &
 neo4j_pid=$!
-.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --durations=25 -m "$DEFAULT_MARKS and not neo4j" tests "$@"
+.venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --dist worksteal --durations=25 -m "$DEFAULT_MARKS and not neo4j" tests "$@"
 rc_main=$?
 wait "$neo4j_pid"
 rc_neo4j=$?

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections import Counter
@@ -190,3 +191,44 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         text = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped") if counts[k])
         where = os.environ.get("NEO4J_URI") or "no NEO4J_URI"
         terminalreporter.write_line(f"neo4j-marked tests: {text} ({where})")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name a failing test on stderr the moment it fails (in the controlling process only), so a run cut short
+    by a time limit still says what failed; pytest's own summary comes only at the end."""
+    if not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    lines = crash.message.splitlines() if crash is not None else report.longreprtext.strip().splitlines()
+    last = (lines or ["(no message)"])[0][:240]
+    phase = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
+    sys.stderr.write(f"\n{phase} {report.nodeid}: {last}\n")
+    sys.stderr.flush()
+
+
+SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+def _slow_entries() -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line]
+
+
+def _names(entry: str, nodeid: str) -> bool:
+    return nodeid == entry or nodeid.startswith((entry + "::", entry + "["))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests tests/slow.txt lists `slow`; over the whole tests/ folder, a stale line is an error."""
+    entries = _slow_entries()
+    used: set[str] = set()
+    for item in items:
+        for entry in entries:
+            if _names(entry, item.nodeid):
+                item.add_marker(pytest.mark.slow)
+                used.add(entry)
+    whole = [Path(a).resolve() for a in config.args] == [SLOW_LIST.parent.resolve()]
+    stale = [e for e in entries if e not in used]
+    if whole and stale:
+        raise pytest.UsageError(f"{SLOW_LIST.name} names tests that do not exist: {', '.join(stale)}")
