@@ -11,6 +11,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+echo "test.sh: installed in ${SECONDS} s" >&2
 # Headless Chromium draws `memory view` pages in tests/integration/test_memview_html.py. Install Debian's package
 # only when no Chromium is present and we are root with apt-get; otherwise carry on (that test then skips,
 # or fails under CI=true, saying why).
@@ -61,9 +62,11 @@ set +e
 neo4j_pid=$!
 .venv/bin/python -m pytest -q -n "${HTAM_TEST_WORKERS:-auto}" --dist worksteal --durations=25 -m "$DEFAULT_MARKS and not neo4j" tests "$@"
 rc_main=$?
+echo "test.sh: main pytest ended at ${SECONDS} s" >&2
 wait "$neo4j_pid"
 rc_neo4j=$?
 neo4j_pid=""
+echo "test.sh: the Neo4j pytest ended by ${SECONDS} s" >&2
 set -e
 echo "--- the Neo4j tests (pytest -m '$DEFAULT_MARKS and neo4j', run beside the others; exit $rc_neo4j) ---"
 cat "$neo4j_log"
