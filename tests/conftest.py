@@ -200,9 +200,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     crash = getattr(report.longrepr, "reprcrash", None)
     lines = crash.message.splitlines() if crash is not None else report.longreprtext.strip().splitlines()
-    last = (lines or ["(no message)"])[0][:240]
+    first = (lines or ["(no message)"])[0][:240]
     phase = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
-    sys.stderr.write(f"\n{phase} {report.nodeid}: {last}\n")
+    sys.stderr.write(f"\n{phase} {report.nodeid}: {first}\n")
     sys.stderr.flush()
 
 
