@@ -202,18 +202,19 @@ def _one_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- cross-checks
-def _duplicates(values: list[str]) -> list[str]:
-    return [value for value, count in Counter(values).items() if count > 1]
+def _duplicates(section: str, what: str, values: list[str]) -> list[str]:
+    """One problem per value that `values` holds more than once (`what` names it: key, transition)."""
+    return [f"{section}: duplicate {what} {value}" for value, count in Counter(values).items() if count > 1]
 
 
-def _blank_fields(entry: Any, fields: tuple[str, ...]) -> list[str]:
-    """Names of text fields (or items of list fields) that are empty or whitespace."""
+def _blank_fields(where: str, entry: Any, fields: tuple[str, ...]) -> list[str]:
+    """One problem per text field (or list field with an item) of `entry` that is empty or whitespace."""
     blank: list[str] = []
     for field in fields:
         value = getattr(entry, field)
         items = value if isinstance(value, list) else [value]
         if any(not str(item).strip() for item in items):
-            blank.append(field)
+            blank.append(f"{where}: field {field!r} is empty or blank")
     return blank
 
 
@@ -223,11 +224,8 @@ def _global_problems(seed: SeedMemory) -> list[str]:
         where = f"globals[{i}] (key {g.key!r})"
         if not _SNAKE_RE.match(g.key):
             problems.append(f"{where}: key must be snake_case ([a-z][a-z0-9_]*)")
-        for field in _blank_fields(g, ("name", "intent", "goals", "triggers", "risks")):
-            problems.append(f"{where}: field {field!r} is empty or blank")
-    for key in _duplicates([g.key for g in seed.globals]):
-        problems.append(f"globals: duplicate key {key!r}")
-    return problems
+        problems += _blank_fields(where, g, ("name", "intent", "goals", "triggers", "risks"))
+    return problems + _duplicates("globals", "key", [repr(g.key) for g in seed.globals])
 
 
 def _local_problems(seed: SeedMemory) -> list[str]:
@@ -258,11 +256,8 @@ def _local_problems(seed: SeedMemory) -> list[str]:
                 f"{where}: requires_tags {', '.join(map(repr, outside))} not among its op_tags "
                 "(requires_tags name which of its op_tags define the strategy)"
             )
-        for field in _blank_fields(loc, ("name", "pattern", "applicable_when", "checks", "risks")):
-            problems.append(f"{where}: field {field!r} is empty or blank")
-    for key in _duplicates([loc.key for loc in seed.locals]):
-        problems.append(f"locals: duplicate key {key!r}")
-    return problems
+        problems += _blank_fields(where, loc, ("name", "pattern", "applicable_when", "checks", "risks"))
+    return problems + _duplicates("locals", "key", [repr(loc.key) for loc in seed.locals])
 
 
 def _transition_problems(seed: SeedMemory) -> list[str]:
@@ -273,8 +268,7 @@ def _transition_problems(seed: SeedMemory) -> list[str]:
         for end, value in (("src", t.src), ("dst", t.dst)):
             if value not in global_keys:
                 problems.append(f"{where}: {end} {value!r} is not a key under globals")
-        for field in _blank_fields(t, ("rationale", "risks", "applicable_when")):
-            problems.append(f"{where}: field {field!r} is empty or blank")
-    for pair in _duplicates([f"{t.src!r} -> {t.dst!r}" for t in seed.transitions]):
-        problems.append(f"transitions: duplicate transition {pair}")
-    return problems
+        problems += _blank_fields(where, t, ("rationale", "risks", "applicable_when"))
+    return problems + _duplicates(
+        "transitions", "transition", [f"{t.src!r} -> {t.dst!r}" for t in seed.transitions]
+    )

@@ -9,41 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from htam_graph.errors import BackendError
 from htam_graph.llm.generator import Completion
-from htam_graph.llm.pricing import Price, make_usage
+from htam_graph.llm.pricing import make_usage
 from htam_graph.llm.prompts import RenderedPrompt
-from htam_graph.llm.retry import TransientBackendError, read_timeout, status_error
+from htam_graph.llm.sdk_chat import SdkChatClient
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 _CACHE = {"type": "ephemeral"}
 
 
-class AnthropicChatClient:
+class AnthropicChatClient(SdkChatClient):
     """One Anthropic model. `complete` makes exactly one HTTP request (SDK retries are off)."""
 
     provider = "anthropic"
-
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str = DEFAULT_ANTHROPIC_BASE_URL,
-        max_tokens: int = 16384,
-        timeout_s: float = 600.0,
-        temperature: float | None = None,
-        price: Price | None = None,
-    ) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.max_tokens = max_tokens
-        self.timeout_s = timeout_s
-        self.temperature = temperature
-        self.price = price
-        self._api_key = api_key
-        self._sdk_client: Any = None
+    sdk_package = "anthropic"
+    sdk_client_class = "Anthropic"
 
     def request_params(self, prompt: RenderedPrompt) -> dict[str, Any]:
         """The keyword arguments of `messages.create` for `prompt`."""
@@ -60,29 +41,11 @@ class AnthropicChatClient:
             params["temperature"] = self.temperature
         return params
 
-    def complete(self, prompt: RenderedPrompt) -> Completion:
-        """Send `prompt`; map SDK errors to transient / permanent `BackendError`s."""
-        anthropic = _import_sdk()
-        try:
-            message = self._client().messages.create(**self.request_params(prompt), timeout=self.timeout_s)
-        except anthropic.APIStatusError as e:
-            detail = e.api_message or e.message
-            raise status_error(self.provider, e.status_code, detail, e.response.headers) from e
-        except anthropic.APITimeoutError as e:  # the request was sent: re-sending it would bill it again
-            raise read_timeout(self.provider, self.timeout_s) from e
-        except anthropic.APIConnectionError as e:
-            raise TransientBackendError(f"{self.provider}: connection failed: {e}") from e
-        except anthropic.APIError as e:  # e.g. a response that does not validate
-            raise BackendError(f"{self.provider}: bad response: {e}") from e
-        return self._completion(message)
+    def _create(self, prompt: RenderedPrompt) -> Any:
+        return self._client().messages.create(**self.request_params(prompt), timeout=self.timeout_s)
 
-    def _client(self) -> Any:
-        if self._sdk_client is None:
-            anthropic = _import_sdk()
-            self._sdk_client = anthropic.Anthropic(
-                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
-            )
-        return self._sdk_client
+    def _status_detail(self, error: Any) -> str:
+        return str(error.api_message or error.message)
 
     def _completion(self, message: Any) -> Completion:
         text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
@@ -106,11 +69,3 @@ class AnthropicChatClient:
             stop_reason=message.stop_reason or "",
             reasoning_chars=reasoning,
         )
-
-
-def _import_sdk() -> Any:
-    try:
-        import anthropic
-    except ImportError as e:
-        raise BackendError("the anthropic package is not installed: pip install 'htam-graph[llm]'") from e
-    return anthropic

@@ -12,15 +12,15 @@ reply saved by hand also answers a `replay:` run whose file lacked the request.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from htam_graph.errors import AwaitingReply, StepInfraError
 from htam_graph.llm.generator import reply_from_text
 from htam_graph.llm.pending import SavedReply, read_pending, read_reply
 from htam_graph.llm.prompts import load_templates, render_prompt
+from htam_graph.llm.wrapper import WrappedGenerator
 from htam_graph.model import GenerationReply, GenerationRequest
-from htam_graph.ports import Generator, RecordedChoices
+from htam_graph.ports import Generator
 
 
 class FilesGenerator:
@@ -39,13 +39,12 @@ class FilesGenerator:
         )
 
 
-class InboxGenerator:
+class InboxGenerator(WrappedGenerator):
     """A run's generator behind its reply box: a reply saved in `pending_dir` for the request answers it."""
 
     def __init__(self, inner: Generator, pending_dir: Path) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.pending_dir = pending_dir
-        self.name = inner.name
 
     def generate(self, request: GenerationRequest) -> GenerationReply:
         """The saved reply for `request` when there is one, else the inner generator's answer."""
@@ -68,15 +67,3 @@ class InboxGenerator:
         if pending is None or pending.pending.request != request:
             return None  # a reply answers only the very request written beside it (never a fresh run's)
         return read_reply(self.pending_dir, request.step)
-
-    def resumed(self, task_key: str, steps: Sequence[int]) -> None:
-        """Pass a resumed run's earlier steps on to the inner generator."""
-        forward = getattr(self.inner, "resumed", None)
-        if forward is not None:
-            forward(task_key, steps)
-
-    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None:
-        """The inner generator's recorded choice (a replay), else None."""
-        if isinstance(self.inner, RecordedChoices):
-            return self.inner.recorded_choice(task_key, step)
-        return None

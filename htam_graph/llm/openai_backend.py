@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 
 from htam_graph.errors import BackendError
 from htam_graph.llm.generator import Completion
-from htam_graph.llm.pricing import Price, make_usage
+from htam_graph.llm.pricing import make_usage
 from htam_graph.llm.prompts import RenderedPrompt
-from htam_graph.llm.retry import TransientBackendError, read_timeout, status_error
+from htam_graph.llm.sdk_chat import SdkChatClient
 from htam_graph.model import Usage
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -27,30 +27,12 @@ def default_base_url(model: str) -> str:
     return DEEPSEEK_BASE_URL if model.lower().startswith("deepseek") else OPENAI_BASE_URL
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(SdkChatClient):
     """One model on an OpenAI-compatible server. `complete` makes exactly one HTTP request."""
 
     provider = "openai"
-
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str,
-        max_tokens: int = 16384,
-        timeout_s: float = 600.0,
-        temperature: float | None = None,
-        price: Price | None = None,
-    ) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.max_tokens = max_tokens
-        self.timeout_s = timeout_s
-        self.temperature = temperature
-        self.price = price
-        self._api_key = api_key
-        self._sdk_client: Any = None
+    sdk_package = "openai"
+    sdk_client_class = "OpenAI"
 
     def request_params(self, prompt: RenderedPrompt) -> dict[str, Any]:
         """The keyword arguments of `chat.completions.create` for `prompt`."""
@@ -72,30 +54,8 @@ class OpenAIChatClient:
             params["temperature"] = self.temperature
         return params
 
-    def complete(self, prompt: RenderedPrompt) -> Completion:
-        """Send `prompt`; map SDK errors to transient / permanent `BackendError`s."""
-        openai = _import_sdk()
-        try:
-            response = self._client().chat.completions.create(
-                **self.request_params(prompt), timeout=self.timeout_s
-            )
-        except openai.APIStatusError as e:
-            raise status_error(self.provider, e.status_code, e.message, e.response.headers) from e
-        except openai.APITimeoutError as e:  # the request was sent: re-sending it would bill it again
-            raise read_timeout(self.provider, self.timeout_s) from e
-        except openai.APIConnectionError as e:
-            raise TransientBackendError(f"{self.provider}: connection failed: {e}") from e
-        except openai.APIError as e:
-            raise BackendError(f"{self.provider}: bad response: {e}") from e
-        return self._completion(response)
-
-    def _client(self) -> Any:
-        if self._sdk_client is None:
-            openai = _import_sdk()
-            self._sdk_client = openai.OpenAI(
-                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
-            )
-        return self._sdk_client
+    def _create(self, prompt: RenderedPrompt) -> Any:
+        return self._client().chat.completions.create(**self.request_params(prompt), timeout=self.timeout_s)
 
     def _completion(self, response: Any) -> Completion:
         if not response.choices:
@@ -126,11 +86,3 @@ class OpenAIChatClient:
             output_tokens=usage.completion_tokens or 0,
             cache_read_tokens=cached,
         )
-
-
-def _import_sdk() -> Any:
-    try:
-        import openai
-    except ImportError as e:
-        raise BackendError("the openai package is not installed: pip install 'htam-graph[llm]'") from e
-    return openai

@@ -38,6 +38,7 @@ from htam_graph.llm.openai_backend import OpenAIChatClient, default_base_url
 from htam_graph.llm.pricing import Price, lookup_price
 from htam_graph.llm.replay import RecordingGenerator, ReplayGenerator
 from htam_graph.llm.retry import RetryPolicy
+from htam_graph.llm.sdk_chat import SdkChatClient
 from htam_graph.model import PrecisionPolicy
 from htam_graph.ports import Generator
 
@@ -157,17 +158,13 @@ def _price_for(model: str, options: BackendOptions) -> Price | None:
 
 def _anthropic(options: BackendOptions) -> Generator:
     model = options.argument or DEFAULT_ANTHROPIC_MODEL
-    client = AnthropicChatClient(
-        model=model,
-        api_key=_api_key(options, "ANTHROPIC_API_KEY", "or use --backend rules"),
-        base_url=options.base_url or options.env.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL,
-        max_tokens=options.max_tokens,
-        timeout_s=options.timeout_s,
-        temperature=options.temperature,
-        price=_price_for(model, options),
-    )
-    return LLMGenerator(
-        client, budget=options.budget, retry=options.retry, templates_dir=options.templates_dir
+    return _sdk_generator(
+        AnthropicChatClient,
+        model,
+        options,
+        key_hint=("ANTHROPIC_API_KEY", "or use --backend rules"),
+        url_var="ANTHROPIC_BASE_URL",
+        default_url=DEFAULT_ANTHROPIC_BASE_URL,
     )
 
 
@@ -175,10 +172,31 @@ def _openai(options: BackendOptions) -> Generator:
     model = options.argument
     if not model:
         raise BackendError("the openai backend needs a model: openai:MODEL (e.g. openai:deepseek-reasoner)")
-    client = OpenAIChatClient(
+    return _sdk_generator(
+        OpenAIChatClient,
+        model,
+        options,
+        key_hint=("OPENAI_API_KEY", "(any value for a local server) or use --backend rules"),
+        url_var="OPENAI_BASE_URL",
+        default_url=default_base_url(model),
+    )
+
+
+def _sdk_generator(
+    client_class: type[SdkChatClient],
+    model: str,
+    options: BackendOptions,
+    *,
+    key_hint: tuple[str, str],
+    url_var: str,
+    default_url: str,
+) -> Generator:
+    """An `LLMGenerator` over an official-SDK client: the key from `key_hint`'s variable (its hint when
+    unset), the base URL from the option, then `url_var`, then `default_url`."""
+    client = client_class(
         model=model,
-        api_key=_api_key(options, "OPENAI_API_KEY", "(any value for a local server) or use --backend rules"),
-        base_url=options.base_url or options.env.get("OPENAI_BASE_URL") or default_base_url(model),
+        api_key=_api_key(options, *key_hint),
+        base_url=options.base_url or options.env.get(url_var) or default_url,
         max_tokens=options.max_tokens,
         timeout_s=options.timeout_s,
         temperature=options.temperature,

@@ -38,8 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from htam_graph.errors import AwaitingReply, ConfigError
 from htam_graph.llm.generator import reply_from_text
 from htam_graph.llm.prompts import load_templates, render_prompt
+from htam_graph.llm.wrapper import WrappedGenerator
 from htam_graph.model import GenerationReply, GenerationRequest
-from htam_graph.ports import Generator, RecordedChoices
+from htam_graph.ports import Generator
 
 log = logging.getLogger(__name__)
 
@@ -162,16 +163,15 @@ class ReplayGenerator:
         return None
 
 
-class RecordingGenerator:
+class RecordingGenerator(WrappedGenerator):
     """Wraps a generator and appends each (request, reply) pair to a replay file as it runs (a replay bank).
 
     Appends are whole lines under an exclusive lock, so the workers of a bench can share one file. A call
     that raised (an infrastructure failure, a reply still awaited) records nothing."""
 
     def __init__(self, inner: Generator, path: Path) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.path = path
-        self.name = inner.name
         self._lock = threading.Lock()
 
     def generate(self, request: GenerationRequest) -> GenerationReply:
@@ -201,15 +201,3 @@ class RecordingGenerator:
                 finally:
                     fcntl.flock(f, fcntl.LOCK_UN)
         return reply
-
-    def resumed(self, task_key: str, steps: Sequence[int]) -> None:
-        """Pass a resumed run's earlier steps on to the inner generator (see `ReplayGenerator.resumed`)."""
-        forward = getattr(self.inner, "resumed", None)
-        if forward is not None:
-            forward(task_key, steps)
-
-    def recorded_choice(self, task_key: str, step: int) -> tuple[str, str | None] | None:
-        """The inner generator's recorded choice (a replay), else None."""
-        if isinstance(self.inner, RecordedChoices):
-            return self.inner.recorded_choice(task_key, step)
-        return None

@@ -8,9 +8,11 @@ with, so a tuning recipe can re-emit the current best kernel with another config
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from htam_graph.rules.ops import OpGraph
 
 P = TypeVar("P")
+T = TypeVar("T")
 
 HEADER_PREFIX = "# htam-rules: "
 _HEADER_RE = re.compile(r"^# htam-rules: (\{.*\})\s*$", re.MULTILINE)
@@ -29,6 +32,28 @@ _HEADER_RE = re.compile(r"^# htam-rules: (\{.*\})\s*$", re.MULTILINE)
 
 class NotApplicable(HtamError):
     """A recipe (or the analysis it needs) does not apply to a task; the message says why."""
+
+
+def cached_by_source(fn: Callable[[str], T]) -> Callable[[str], T]:
+    """`fn` with its results and its NotApplicable reasons cached by source (the last 128): every recipe
+    asks for the same task's analysis. A cached reason is raised as a fresh NotApplicable each time; the
+    cache keeps only its message, not the traceback whose frames would stay alive with it."""
+
+    @functools.lru_cache(maxsize=128)
+    def outcome(source: str) -> T | NotApplicable:
+        try:
+            return fn(source)
+        except NotApplicable as e:
+            return NotApplicable(str(e))
+
+    @functools.wraps(fn)
+    def cached(source: str) -> T:
+        result = outcome(source)
+        if isinstance(result, NotApplicable):
+            raise NotApplicable(str(result))
+        return result
+
+    return cached
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,15 @@ a float, and doubles come back to the client with 15 significant digits (stored 
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from htam_graph import queries
 from htam_graph.errors import StoreError, StoreUnavailable
-from htam_graph.ports import Dialect, StoreHealth
+from htam_graph.ports import Dialect
 from htam_graph.store import schema
-from htam_graph.store.values import check_columns, check_values, to_plain
-
-log = logging.getLogger(__name__)
+from htam_graph.store.cypher_store import CypherStore
+from htam_graph.store.values import to_plain
 
 _CONSTRAINT_WAIT_S = 30.0
 
@@ -37,7 +33,7 @@ def _entity(value: Any) -> dict[str, Any] | None:
     return None
 
 
-class FalkorDBStore:
+class FalkorDBStore(CypherStore):
     """One graph (`graph_name`) of an embedded FalkorDB server reached through `socket_path`."""
 
     dialect: Dialect = "falkordb"
@@ -59,67 +55,17 @@ class FalkorDBStore:
         self._graph = self._db.select_graph(graph_name)
 
     # -- GraphStore ------------------------------------------------------------------------------------
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run the named query; return its rows as dicts keyed by the declared columns."""
-        query = queries.load(name)
-        values = dict(params or {})
-        queries.check_params(query, values)
-        check_values(name, values)
-        columns, rows = self._execute(query.text, values, what=f"query {name!r}")
-        if columns or query.returns:
-            check_columns(query, columns)
-        return rows
-
-    def apply_schema(self) -> int:
-        """Create the key indexes and unique constraints (idempotent); return the schema version."""
-        target = schema.target_version(self.dialect)
-        stored = self.schema_version()
-        schema.check_not_newer(stored, target, self._location())
-        if stored is not None and stored == target:
-            return target
-        for migration in schema.migrations(self.dialect):
-            if stored is not None and migration.version <= stored:
-                continue
-            for statement in migration.statements:
-                self._tolerant(statement)
-        self._create_unique_constraints()
-        self.run("schema_version_set", {"version": target, "updated_ms": schema.now_ms()})
-        log.info("schema of graph %s at version %d", self.graph_name, target)
-        return target
-
-    def health(self) -> StoreHealth:
-        """PING the server and read the schema version; never raises."""
-        try:
-            self._call(self._db.connection.ping, what="PING")
-            version = self.server_version()
-            return StoreHealth(
-                ok=True,
-                dialect=self.dialect,
-                location=self._location(),
-                server_version=version,
-                schema_version=self.schema_version(),
-            )
-        except Exception as e:  # noqa: BLE001 - health reports every failure as data
-            return StoreHealth(ok=False, dialect=self.dialect, location=self._location(), detail=str(e))
-
     def close(self) -> None:
         """Close the client connections (the server keeps running)."""
         self._db.close()
 
     # -- extras ----------------------------------------------------------------------------------------
-    def run_text(self, text: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run raw Cypher text. For tests and diagnostics only: shipped code runs named `.cypher` files."""
-        values = dict(params or {})
-        check_values("<text>", values)
-        return self._execute(text, values, what="statement")[1]
-
     def schema_version(self) -> int | None:
         """The recorded schema version, or None for a graph never migrated (a missing graph is not
         created)."""
         if self.graph_name not in self.graph_names():
             return None  # any GRAPH.QUERY, even a MATCH, would create the graph
-        rows = self.run("schema_version_get")
-        return int(rows[0]["version"]) if rows else None
+        return super().schema_version()
 
     def node_count(self) -> int:
         """Number of nodes in this graph (0 for a graph that does not exist yet; it is not created)."""
@@ -157,12 +103,19 @@ class FalkorDBStore:
         except redis.RedisError as e:
             raise StoreError(f"{what} failed on FalkorDB graph {self.graph_name!r}: {e}") from e
 
+    def _schema_statement(self, statement: str, migration: str) -> None:
+        self._tolerant(statement)
+
     def _tolerant(self, statement: str) -> None:
+        """Run a schema statement; an index that exists already is not an error."""
         try:
             self._execute(statement, {}, what="schema statement")
         except StoreError as e:
             if "already indexed" not in str(e):
                 raise
+
+    def _finish_schema(self) -> None:
+        self._create_unique_constraints()
 
     def _create_unique_constraints(self) -> None:
         for label in schema.KEYED_LABELS:
@@ -206,6 +159,10 @@ class FalkorDBStore:
                     f"unique key constraints on {missing} still pending after {_CONSTRAINT_WAIT_S:.0f} s"
                 )
             time.sleep(0.05)
+
+    def _server_probe(self) -> str:
+        self._call(self._db.connection.ping, what="PING")
+        return self.server_version()
 
     def server_version(self) -> str:
         """'FalkorDB X.Y.Z' as reported by the loaded module."""

@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from htam_graph import queries
 from htam_graph.errors import StoreError, StoreUnavailable
-from htam_graph.ports import Dialect, StoreHealth
-from htam_graph.store import schema
-from htam_graph.store.values import check_columns, check_values, to_plain
+from htam_graph.ports import Dialect
+from htam_graph.store.cypher_store import CypherStore
+from htam_graph.store.values import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _quiet_driver_logs() -> Iterator[None]:
         logger.setLevel(before)
 
 
-class Neo4jStore:
+class Neo4jStore(CypherStore):
     """A Neo4j database reached over Bolt (`neo4j://` or `bolt://`)."""
 
     dialect: Dialect = "neo4j"
@@ -132,62 +132,11 @@ class Neo4jStore:
             raise self._connection_error(e) from e
 
     # -- GraphStore ------------------------------------------------------------------------------------
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run the named query in a managed transaction; return its rows as dicts."""
-        query = queries.load(name)
-        values = dict(params or {})
-        queries.check_params(query, values)
-        check_values(name, values)
-        columns, rows = self._execute(query.text, values, what=f"query {name!r}")
-        if columns or query.returns:
-            check_columns(query, columns)
-        return rows
-
-    def apply_schema(self) -> int:
-        """Create the unique key constraints (IF NOT EXISTS) and record the schema version."""
-        target = schema.target_version(self.dialect)
-        stored = self.schema_version()
-        schema.check_not_newer(stored, target, self.uri)
-        if stored is not None and stored == target:
-            return target
-        for migration in schema.migrations(self.dialect):
-            if stored is not None and migration.version <= stored:
-                continue
-            for statement in migration.statements:
-                self._execute(statement, {}, what=f"schema file {migration.name!r}")
-        self.run("schema_version_set", {"version": target, "updated_ms": schema.now_ms()})
-        return target
-
-    def health(self) -> StoreHealth:
-        """Check connectivity and read the schema version; never raises."""
-        try:
-            info = self._driver.get_server_info()
-            return StoreHealth(
-                ok=True,
-                dialect=self.dialect,
-                location=self.uri,
-                server_version=str(info.agent),
-                schema_version=self.schema_version(),
-            )
-        except Exception as e:  # noqa: BLE001 - health reports every failure as data
-            return StoreHealth(ok=False, dialect=self.dialect, location=self.uri, detail=str(e))
-
     def close(self) -> None:
         """Close the driver and its connection pool."""
         self._driver.close()
 
     # -- extras ----------------------------------------------------------------------------------------
-    def run_text(self, text: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run raw Cypher text. For tests and diagnostics only: shipped code runs named `.cypher` files."""
-        values = dict(params or {})
-        check_values("<text>", values)
-        return self._execute(text, values, what="statement")[1]
-
-    def schema_version(self) -> int | None:
-        """The recorded schema version, or None for a database never migrated."""
-        rows = self.run("schema_version_get")
-        return int(rows[0]["version"]) if rows else None
-
     def node_count(self) -> int:
         """Number of nodes in the database."""
         return int(self.run_text("MATCH (n) RETURN count(n) AS n")[0]["n"])
@@ -216,6 +165,12 @@ class Neo4jStore:
         columns = [str(k) for k in keys]
         rows = [{c: to_plain(record[c], _entity) for c in columns} for record in records]
         return columns, rows
+
+    def _location(self) -> str:
+        return self.uri
+
+    def _server_probe(self) -> str:
+        return str(self._driver.get_server_info().agent)
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 from dataclasses import dataclass
 
-from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.base import NotApplicable, cached_by_source
 
 __all__ = ["ModelSkeleton", "model_skeleton"]
 
@@ -34,23 +33,9 @@ class ModelSkeleton:
     forward_source: str = ""
 
 
+@cached_by_source
 def model_skeleton(source: str) -> ModelSkeleton:
     """Extract the skeleton from a task source. Raises NotApplicable (reasons are cached like results)."""
-    outcome = _skeleton_cached(source)
-    if isinstance(outcome, NotApplicable):
-        raise NotApplicable(str(outcome))
-    return outcome
-
-
-@functools.lru_cache(maxsize=128)
-def _skeleton_cached(source: str) -> ModelSkeleton | NotApplicable:
-    try:
-        return _skeleton(source)
-    except NotApplicable as e:
-        return NotApplicable(str(e))  # without its traceback: the cache must not keep the frames alive
-
-
-def _skeleton(source: str) -> ModelSkeleton:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:

@@ -8,7 +8,6 @@ shape-propagated and normalised (normalise.py); numeric model attributes are the
 
 from __future__ import annotations
 
-import functools
 import types
 import warnings
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from htam_graph.rules.analysis.normalise import normalise
 from htam_graph.rules.analysis.scalars import with_attribute_scalars
 from htam_graph.rules.analysis.trace import trace_model
-from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.base import NotApplicable, cached_by_source
 from htam_graph.rules.ops import OpGraph
 
 __all__ = ["analyse_source", "load_namespace"]
@@ -35,26 +34,12 @@ def load_namespace(source: str, name: str = "task") -> dict[str, Any]:
     return module.__dict__
 
 
+@cached_by_source
 def analyse_source(source: str) -> OpGraph:
     """The op graph of the task's `Model.forward` at the task's own sizes. Raises NotApplicable.
 
     Results (graphs and reasons alike) are cached by source: `recipes_for` asks once per recipe.
     """
-    outcome = _analyse_cached(source)
-    if isinstance(outcome, NotApplicable):
-        raise NotApplicable(str(outcome))
-    return outcome
-
-
-@functools.lru_cache(maxsize=128)
-def _analyse_cached(source: str) -> OpGraph | NotApplicable:
-    try:
-        return _analyse(source)
-    except NotApplicable as e:
-        return NotApplicable(str(e))  # without its traceback: the cache must not keep the frames alive
-
-
-def _analyse(source: str) -> OpGraph:
     import torch
 
     namespace = load_namespace(source)

@@ -23,6 +23,7 @@ __all__ = [
     "Leaf",
     "Region",
     "build_region",
+    "forward_leaf_exprs",
     "operand_renderer",
     "kernel_source",
     "launcher_source",
@@ -86,6 +87,14 @@ class Region:
         if len(ops) <= 8:
             return " -> ".join(ops)
         return " -> ".join(ops[:6]) + f" -> ... -> {ops[-1]} ({len(ops)} ops)"
+
+    def call_args(self) -> list[str]:
+        """The launcher's arguments in the forward: each leaf's expression, then each scalar's."""
+        return [leaf.expr for leaf in self.leaves] + [s.expr for s in self.scalars]
+
+    def reads_whole(self, ref: str) -> bool:
+        """Whether the region reads the tensor `ref` at the output's shape (a leaf, not broadcast)."""
+        return any(leaf.ref == ref and not leaf.broadcast for leaf in self.leaves)
 
 
 def identifier(name: str, taken: set[str]) -> str:
@@ -154,6 +163,14 @@ def build_region(graph: OpGraph, nodes: tuple[OpNode, ...], leaf_exprs: dict[str
     if not any(not leaf.broadcast for leaf in leaves.values()):
         raise NotApplicable("no operand has the output's shape (pure broadcasting is not fused)")
     return Region(tuple(leaves.values()), tuple(scalars.values()), nodes, out_node.name)
+
+
+def forward_leaf_exprs(graph: OpGraph) -> dict[str, str]:
+    """`build_region`'s `leaf_exprs` for what the forward reads as it is: each input by its name, each
+    parameter or buffer as `self.<name>` (a recipe adds the outputs of the library calls it keeps)."""
+    leaf_exprs = {info.name: info.name for info in graph.inputs}
+    leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
+    return leaf_exprs
 
 
 def _check_nodes(graph: OpGraph, nodes: tuple[OpNode, ...], inside: set[str]) -> None:
@@ -329,12 +346,17 @@ def launch_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     ]
 
 
+def kernel_stem(kernel_name: str) -> str:
+    """The suffix of a kernel's module-level constants: `foo_kernel` -> `FOO` (BLOCK_FOO, NUM_WARPS_FOO)."""
+    return kernel_name.upper().removesuffix("_KERNEL")
+
+
 def _block_name(kernel_name: str) -> str:
-    return "BLOCK_" + kernel_name.upper().removesuffix("_KERNEL")
+    return "BLOCK_" + kernel_stem(kernel_name)
 
 
 def _warps_name(kernel_name: str) -> str:
-    return "NUM_WARPS_" + kernel_name.upper().removesuffix("_KERNEL")
+    return "NUM_WARPS_" + kernel_stem(kernel_name)
 
 
 def uses_broadcast(region: Region) -> bool:
@@ -345,6 +367,11 @@ def flat_broadcast(leaf: Leaf, per_channel: frozenset[str]) -> bool:
     """A broadcast leaf that a kernel reads through `(flat_index // inner) % size` (broadcast_layout), not
     as a per-channel vector."""
     return leaf.broadcast and leaf.ref not in per_channel
+
+
+def uses_flat_broadcast(region: Region, per_channel: frozenset[str]) -> bool:
+    """Whether some leaf of `region` is a `flat_broadcast` one (the file then needs `broadcast_layout`)."""
+    return any(flat_broadcast(leaf, per_channel) for leaf in region.leaves)
 
 
 def layout_params(leaf: Leaf) -> str:

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 from htam_graph.rules.analysis.skeleton import ModelSkeleton
 from htam_graph.rules.base import KernelConfig, header_line
+from htam_graph.rules.ops import OpGraph
 
-__all__ = ["SourceParts", "render_file"]
+__all__ = ["SourceParts", "forward_expr", "render_file"]
 
 
 @dataclass(frozen=True)
@@ -62,3 +63,10 @@ def render_file(parts: SourceParts, skeleton: ModelSkeleton) -> str:
         "\n".join(cls),
     ]
     return "\n\n\n".join(s.rstrip("\n") for s in sections if s.strip()) + "\n"
+
+
+def forward_expr(graph: OpGraph, ref: str) -> str:
+    """How ModelNew.forward names the tensor `ref`: a forward input by its name, anything else (a parameter,
+    a buffer) as `self.<ref>`."""
+    info = graph.tensor(ref)
+    return ref if info is not None and info.kind == "input" else f"self.{ref}"

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
+from htam_graph.rules.codegen.conv_epilogue import prepare_operand, tile_constants
 from htam_graph.rules.codegen.fused_elementwise import (
-    FULL_SHAPE_CHECK,
     Leaf,
     Region,
     flat_broadcast,
+    kernel_stem,
     layout_params,
     operand_renderer,
     region_body,
@@ -31,12 +32,8 @@ BLOCK_C_MAX = 32  # channels per tile: 128 bytes of fp32, one full cache line pe
 
 def layout_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     """Module-level tile constants the launcher reads (what a tuning recipe would change)."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
-    return [
-        f"BLOCK_{stem} = {config.block}  # output elements per [BLOCK_S, BLOCK_C] tile",
-        f"BLOCK_C_MAX_{stem} = {BLOCK_C_MAX}  # channels per tile at most (contiguous in the conv output)",
-        f"NUM_WARPS_{stem} = {config.num_warps}",
-    ]
+    limit = ("BLOCK_C_MAX", BLOCK_C_MAX, "channels per tile at most (contiguous in the conv output)")
+    return tile_constants(kernel_name, config, "[BLOCK_S, BLOCK_C]", limit)
 
 
 # The kernel: one program reads a [BLOCK_S, BLOCK_C] tile along the channels, writes it along the positions.
@@ -173,7 +170,7 @@ def layout_launcher_source(
         conv=conv_arg,
         shapes=", ".join(t + ".shape" for t in tensors),
         operands=[line for leaf in region.leaves for line in _prepare_operand(leaf, conv_arg, per_channel)],
-        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        stem=kernel_stem(kernel_name),
         args=", ".join(args),
     )
 
@@ -181,11 +178,4 @@ def layout_launcher_source(
 def _prepare_operand(leaf: Leaf, conv_arg: str, per_channel: frozenset[str]) -> list[str]:
     """The operand's shape check (full or per-channel) or its broadcast layout; contiguous (but the conv
     output, whose layout the kernel reads as it is)."""
-    lines = [] if leaf.broadcast else [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg)]
-    if leaf.arg != conv_arg:
-        lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
-    if leaf.ref in per_channel:
-        lines.append(template.fill(_PER_CHANNEL_CHECK, arg=leaf.arg))
-    elif leaf.broadcast:
-        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
-    return lines
+    return prepare_operand(leaf, per_channel, _PER_CHANNEL_CHECK, contiguous=leaf.arg != conv_arg)

@@ -16,11 +16,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
+from htam_graph.rules.codegen.conv_epilogue import epilogue_region
 from htam_graph.rules.codegen.fused_elementwise import (
     BROADCAST_LAYOUT_SOURCE,
     Leaf,
     Region,
-    build_region,
+    uses_flat_broadcast,
 )
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import helper_sources
@@ -30,7 +31,7 @@ from htam_graph.rules.recipes.channels_last.codegen import (
     layout_kernel_source,
     layout_launcher_source,
 )
-from htam_graph.rules.recipes.rewrites.noops import drop_copies
+from htam_graph.rules.recipes.rewrites.noops import without_copies
 
 KEY = "library_offload.channels_last_conv"
 _FORMATS = {4: "torch.channels_last", 5: "torch.channels_last_3d"}  # by the conv output's rank
@@ -53,7 +54,7 @@ class ConvPlan:
 
     def flat_broadcast(self) -> bool:
         """Whether some broadcast leaf needs the generic `broadcast_layout` index arithmetic."""
-        return any(leaf.broadcast and leaf.ref not in self.per_channel for leaf in self.region.leaves)
+        return uses_flat_broadcast(self.region, self.per_channel)
 
 
 class ChannelsLastConv(PlannedRecipe[ConvPlan]):
@@ -95,7 +96,7 @@ class ChannelsLastConv(PlannedRecipe[ConvPlan]):
         return render_file(parts, skeleton)
 
     def plan(self, view: TaskView) -> ConvPlan:
-        graph = _without_copies(view.graph)
+        graph = without_copies(view.graph)
         convs = _conv_chain(graph)
         first = convs[0]
         source = first.operands[0]
@@ -120,15 +121,6 @@ class ChannelsLastConv(PlannedRecipe[ConvPlan]):
         layout_kernel_source(region, convs[-1].name, "probe_kernel", per_channel)
         _forward_body(plan, "probe")
         return plan
-
-
-def _without_copies(graph: OpGraph) -> OpGraph:
-    """clone/detach/contiguous removed (exact unless something writes in place, which is rejected)."""
-    if not any(n.kind is OpKind.IDENTITY for n in graph.nodes):
-        return graph
-    if any(n.origin.startswith("Tensor.") and n.origin.endswith("_") for n in graph.nodes):
-        raise NotApplicable("an in-place op makes a copy differ from its source")
-    return drop_copies(graph)
 
 
 def _conv_chain(graph: OpGraph) -> tuple[OpNode, ...]:
@@ -170,15 +162,8 @@ def _epilogue(graph: OpGraph, last: OpNode, conv_var: str, n_convs: int) -> Regi
         if last.dtype not in _FLOAT_DTYPES:
             raise NotApplicable(f"the conv output dtype {last.dtype} is not a float")
         return Region((Leaf(last.name, "y", conv_var, False),), (), (), last.name)
-    leaf_exprs = {info.name: info.name for info in graph.inputs}
-    leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
-    leaf_exprs[last.name] = conv_var
-    try:
-        region = build_region(graph, tail, leaf_exprs)
-    except NotApplicable as e:
-        raise NotApplicable(f"the epilogue after {last.op} cannot be fused: {e}") from e
-    leaf = next((lf for lf in region.leaves if lf.ref == last.name), None)
-    if leaf is None or leaf.broadcast:
+    region = epilogue_region(graph, tail, last, conv_var, f"the epilogue after {last.op} cannot be fused")
+    if not region.reads_whole(last.name):
         raise NotApplicable(f"the epilogue does not read {last.op}'s output at the output's shape")
     return region
 
@@ -206,8 +191,7 @@ def _forward_body(plan: ConvPlan, launcher_name: str) -> tuple[str, ...]:
     for conv, var in zip(plan.convs, plan.conv_vars, strict=True):
         lines.append(f"{var} = {_conv_call(plan.graph, conv, previous)}  # cuDNN, channels-last in and out")
         previous = var
-    args = [leaf.expr for leaf in plan.region.leaves] + [s.expr for s in plan.region.scalars]
-    lines.append(f"return {launcher_name}({', '.join(args)})")
+    lines.append(f"return {launcher_name}({', '.join(plan.region.call_args())})")
     return tuple(lines)
 
 

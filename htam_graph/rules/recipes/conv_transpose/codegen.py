@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.codegen import template
+from htam_graph.rules.codegen.conv_epilogue import prepare_operand, tile_constants
 from htam_graph.rules.codegen.fused_elementwise import (
-    FULL_SHAPE_CHECK,
     Leaf,
     Region,
     flat_broadcast,
+    kernel_stem,
     layout_params,
     operand_renderer,
     region_body,
@@ -111,11 +112,7 @@ ROW_PHASES_SOURCE = template.fill(_ROW_PHASES, slots=PHASE_SLOTS)
 
 def phase_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     """Module-level tile constants the launcher reads (what a tuning recipe would change)."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
-    return [
-        f"BLOCK_{stem} = {config.block}  # output elements per [BLOCK_R, BLOCK_W] tile",
-        f"NUM_WARPS_{stem} = {config.num_warps}",
-    ]
+    return tile_constants(kernel_name, config, "[BLOCK_R, BLOCK_W]")
 
 
 # The kernel: one program writes a [BLOCK_R, BLOCK_W] tile of whole output rows of one row phase.
@@ -305,20 +302,14 @@ def phase_launcher_source(
         signature=signature,
         kernel=kernel_name,
         operands=[line for leaf in others for line in _prepare_operand(leaf, per_channel)],
-        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        stem=kernel_stem(kernel_name),
         args=_launch_args(region, others, per_channel),
     )
 
 
 def _prepare_operand(leaf: Leaf, per_channel: frozenset[str]) -> list[str]:
     """The operand's shape check (full or per-channel) or its broadcast layout; contiguous either way."""
-    lines = [] if leaf.broadcast else [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg)]
-    lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
-    if leaf.ref in per_channel:
-        lines.append(template.fill(_PER_CHANNEL_CHECK, arg=leaf.arg))
-    elif leaf.broadcast:
-        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
-    return lines
+    return prepare_operand(leaf, per_channel, _PER_CHANNEL_CHECK)
 
 
 def _launch_args(region: Region, others: list[Leaf], per_channel: frozenset[str]) -> list[str]:

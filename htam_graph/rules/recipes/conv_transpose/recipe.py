@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
-from htam_graph.rules.codegen.fused_elementwise import BROADCAST_LAYOUT_SOURCE, Leaf, Region, build_region
+from htam_graph.rules.codegen.conv_epilogue import epilogue_region
+from htam_graph.rules.codegen.fused_elementwise import (
+    BROADCAST_LAYOUT_SOURCE,
+    Leaf,
+    Region,
+    uses_flat_broadcast,
+)
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref
@@ -33,7 +39,7 @@ from htam_graph.rules.recipes.conv_transpose.codegen import (
 )
 from htam_graph.rules.recipes.conv_transpose.phases import PHASES_FUNCTION, PHASES_SOURCE
 from htam_graph.rules.recipes.conv_transpose.tail import CALL_FUNCTION, rewritten_forward
-from htam_graph.rules.recipes.rewrites.noops import drop_copies
+from htam_graph.rules.recipes.rewrites.noops import without_copies
 
 __all__ = ["ConvTransposeAsConv", "RewritePlan", "KEY"]
 
@@ -57,7 +63,7 @@ class RewritePlan:
 
     def flat_broadcast(self) -> bool:
         """Whether some broadcast leaf needs `broadcast_layout`'s index arithmetic."""
-        return any(leaf.broadcast and leaf.ref not in self.per_channel for leaf in self.region.leaves)
+        return uses_flat_broadcast(self.region, self.per_channel)
 
 
 class ConvTransposeAsConv(PlannedRecipe[RewritePlan]):
@@ -149,7 +155,7 @@ def _fused_plan(view: TaskView, conv: OpNode) -> RewritePlan:
     """The conv first, on a forward input, then nothing or one elementwise epilogue fused into the kernel."""
     path = conv.module_path
     assert path is not None
-    graph = _without_copies(view.graph)
+    graph = without_copies(view.graph)
     if graph.nodes[0].name != conv.name:
         raise NotApplicable(f"{graph.nodes[0].op} runs before {conv.op}")
     others = [n.op for n in graph.nodes[1:] if n.kind is OpKind.LIBRARY]
@@ -183,30 +189,15 @@ def _generated_names(conv: OpNode) -> frozenset[str]:
     return frozenset(names)
 
 
-def _without_copies(graph: OpGraph) -> OpGraph:
-    """clone/detach/contiguous removed (exact unless something writes in place, which is rejected)."""
-    if not any(n.kind is OpKind.IDENTITY for n in graph.nodes):
-        return graph
-    if any(n.origin.startswith("Tensor.") and n.origin.endswith("_") for n in graph.nodes):
-        raise NotApplicable("an in-place op makes a copy differ from its source")
-    return drop_copies(graph)
-
-
 def _epilogue(graph: OpGraph, conv: OpNode) -> Region:
     tail = graph.nodes[1:]
     if not tail:
         if graph.output.name != conv.name:
             raise NotApplicable(f"the forward does not return the {conv.op} output")
         return Region((Leaf(conv.name, "conv_out", "conv_out", False),), (), (), conv.name)
-    leaf_exprs = {info.name: info.name for info in graph.inputs}
-    leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
-    leaf_exprs[conv.name] = "y"
-    try:
-        region = build_region(graph, tail, leaf_exprs)
-    except NotApplicable as e:
-        raise NotApplicable(f"the ops after {conv.op} are not one elementwise epilogue: {e}") from e
-    leaf = next((lf for lf in region.leaves if lf.ref == conv.name), None)
-    if leaf is None or leaf.broadcast:
+    failure = f"the ops after {conv.op} are not one elementwise epilogue"
+    region = epilogue_region(graph, tail, conv, "y", failure)
+    if not region.reads_whole(conv.name):
         raise NotApplicable(f"the epilogue does not read the {conv.op} output at the output's shape")
     return region
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
-from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, Scalar, operand_renderer
+from htam_graph.rules.codegen.conv_epilogue import tile_constants
+from htam_graph.rules.codegen.fused_elementwise import Leaf, Region, Scalar, kernel_stem, operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 
 __all__ = [
@@ -86,12 +87,8 @@ class DepthwiseCode:
 
 def depthwise_constants(kernel_name: str, config: KernelConfig) -> list[str]:
     """Module-level tile constants the launcher reads (what a tuning recipe changes)."""
-    stem = kernel_name.upper().removesuffix("_KERNEL")
-    return [
-        f"BLOCK_{stem} = {config.block}  # output elements per [BLOCK_H, BLOCK_W] tile",
-        f"BLOCK_W_MAX_{stem} = {BLOCK_W_MAX}  # output columns per tile at most (contiguous in memory)",
-        f"NUM_WARPS_{stem} = {config.num_warps}",
-    ]
+    limit = ("BLOCK_W_MAX", BLOCK_W_MAX, "output columns per tile at most (contiguous in memory)")
+    return tile_constants(kernel_name, config, "[BLOCK_H, BLOCK_W]", limit)
 
 
 # The kernel: one program accumulates a [BLOCK_H, BLOCK_W] output tile over the unrolled taps, then the bias
@@ -277,7 +274,7 @@ def depthwise_launcher_source(code: DepthwiseCode, launcher_name: str, kernel_na
             template.fill(_leaf_check(code, leaf), name=name)
             for leaf, name in zip(code.leaves(), leaves, strict=True)
         ],
-        stem=kernel_name.upper().removesuffix("_KERNEL"),
+        stem=kernel_stem(kernel_name),
         tensors="".join(f"{t}, " for t in leaves),
         scalars="".join(f" {s}," for s in scalars),
     )

@@ -16,7 +16,8 @@ import ast
 import dataclasses
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
-from htam_graph.rules.codegen.fused_elementwise import Region, build_region
+from htam_graph.rules.codegen.conv_epilogue import epilogue_region
+from htam_graph.rules.codegen.fused_elementwise import Region
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
 from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.ops import Const, OpGraph, OpKind, OpNode, Ref
@@ -169,17 +170,10 @@ def _epilogue(
 ) -> Region | None:
     if not nodes:
         return None
-    leaf_exprs = {info.name: info.name for info in graph.inputs}
-    leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
-    leaf_exprs[conv.name] = conv_var
     # the region ends where the library tail begins (or at the output): build it on that sub-forward
     sub = dataclasses.replace(graph, output=Ref(nodes[-1].name), nodes=graph.nodes[: 1 + len(nodes)])
-    try:
-        region = build_region(sub, nodes, leaf_exprs)
-    except NotApplicable as e:
-        raise NotApplicable(f"the epilogue after {conv.op} cannot be fused: {e}") from e
-    leaf = next((lf for lf in region.leaves if lf.ref == conv.name), None)
-    if leaf is None or leaf.broadcast or nodes[-1].shape != conv.shape:
+    region = epilogue_region(sub, nodes, conv, conv_var, f"the epilogue after {conv.op} cannot be fused")
+    if not region.reads_whole(conv.name) or nodes[-1].shape != conv.shape:
         raise NotApplicable(f"the epilogue does not keep {conv.op}'s output shape")
     inner = {conv.name, *(n.name for n in nodes[:-1])}
     for node in tail:  # the tail may read only the region's result, not the conv output or intermediates

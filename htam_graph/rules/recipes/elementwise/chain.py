@@ -8,18 +8,9 @@ output once, where eager PyTorch launches one kernel per op and round-trips ever
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
-from htam_graph.rules.codegen.fused_elementwise import (
-    BROADCAST_LAYOUT_SOURCE,
-    Region,
-    build_region,
-    kernel_source,
-    launch_constants,
-    launcher_source,
-    uses_broadcast,
-)
-from htam_graph.rules.codegen.model_file import SourceParts, render_file
-from htam_graph.rules.codegen.triton_math import helper_sources
+from htam_graph.rules.codegen.fused_elementwise import Region, build_region, forward_leaf_exprs, kernel_source
 from htam_graph.rules.ops import OpKind
+from htam_graph.rules.recipes.elementwise.fused_file import fused_region_file
 
 KEY = "fusion.elementwise_chain"
 
@@ -33,25 +24,19 @@ class ElementwiseChain(PlannedRecipe[Region]):
     def render(self, view: TaskView, region: Region, config: KernelConfig) -> str:
         stem = _stem(region)
         kernel_name, launcher_name = f"fused_{stem}_kernel", f"fused_{stem}"
-        kernel, helpers = kernel_source(region, kernel_name, config)
-        call_args = [leaf.expr for leaf in region.leaves] + [s.expr for s in region.scalars]
-        parts = SourceParts(
+        return fused_region_file(
+            view,
+            region,
+            (kernel_name, launcher_name),
+            config,
             recipe_key=KEY,
-            config=config,
-            task_key=view.task_key,
             summary=(
                 f"Fused into one kernel: {region.describe()}",
                 "(eager PyTorch runs one kernel per op and writes every intermediate to memory).",
             ),
-            constants=tuple(launch_constants(kernel_name, config)),
-            helpers=tuple(helper_sources(set(helpers))),
-            kernels=(kernel,),
-            extra=(BROADCAST_LAYOUT_SOURCE,) if uses_broadcast(region) else (),
-            launchers=(launcher_source(region, launcher_name, kernel_name, config),),
             class_doc=f"The reference forward as one fused Triton kernel ({region.describe()}).",
-            forward_body=(f"return {launcher_name}({', '.join(call_args)})",),
+            forward_body=(f"return {launcher_name}({', '.join(region.call_args())})",),
         )
-        return render_file(parts, view.skeleton)
 
     def plan(self, view: TaskView) -> Region:
         graph = view.graph
@@ -60,8 +45,7 @@ class ElementwiseChain(PlannedRecipe[Region]):
         for node in graph.nodes:
             if node.kind is not OpKind.ELEMENTWISE:
                 raise NotApplicable(f"{node.op} ({node.origin}) is not elementwise")
-        leaf_exprs = {info.name: info.name for info in graph.inputs}
-        leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
+        leaf_exprs = forward_leaf_exprs(graph)
         region = build_region(graph, graph.nodes, leaf_exprs)
         # Fail here (not at emit time) on ops or arguments the Triton rules cannot express.
         kernel_source(region, "probe_kernel", KernelConfig())

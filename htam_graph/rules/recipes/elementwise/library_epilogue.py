@@ -16,18 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
-from htam_graph.rules.codegen.fused_elementwise import (
-    BROADCAST_LAYOUT_SOURCE,
-    Region,
-    build_region,
-    kernel_source,
-    launch_constants,
-    launcher_source,
-    uses_broadcast,
-)
-from htam_graph.rules.codegen.model_file import SourceParts, render_file
-from htam_graph.rules.codegen.triton_math import helper_sources
+from htam_graph.rules.codegen.fused_elementwise import Region, build_region, forward_leaf_exprs, kernel_source
 from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref, TensorInfo
+from htam_graph.rules.recipes.elementwise.fused_file import fused_region_file
 
 KEY = "fusion.library_epilogue"
 _TORCH_NAMESPACE = {"matmul": "torch", "mm": "torch", "bmm": "torch"}  # the rest live in torch.nn.functional
@@ -47,29 +38,23 @@ class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
         library, region, library_var = plan
         kernel_name = f"{library.op}_epilogue_kernel"
         launcher_name = f"{library.op}_epilogue"
-        kernel, helpers = kernel_source(region, kernel_name, config)
-        call_args = [leaf.expr for leaf in region.leaves] + [s.expr for s in region.scalars]
-        parts = SourceParts(
+        return fused_region_file(
+            view,
+            region,
+            (kernel_name, launcher_name),
+            config,
             recipe_key=KEY,
-            config=config,
-            task_key=view.task_key,
             summary=(
                 f"{library.op} stays a library call ({library.origin or library.op});",
                 f"its elementwise epilogue is one fused kernel: {region.describe()}.",
             ),
-            constants=tuple(launch_constants(kernel_name, config)),
-            helpers=tuple(helper_sources(set(helpers))),
-            kernels=(kernel,),
-            extra=(BROADCAST_LAYOUT_SOURCE,) if uses_broadcast(region) else (),
-            launchers=(launcher_source(region, launcher_name, kernel_name, config),),
             class_doc=f"{library.op} (library) followed by one fused Triton epilogue ({region.describe()}).",
             forward_body=(
                 f"{library_var} = {_library_call(view.graph, library)}  "
                 f"# {call_comment(view.graph, library)}",
-                f"return {launcher_name}({', '.join(call_args)})",
+                f"return {launcher_name}({', '.join(region.call_args())})",
             ),
         )
-        return render_file(parts, view.skeleton)
 
     def plan(self, view: TaskView) -> tuple[OpNode, Region, str]:
         graph = view.graph
@@ -81,8 +66,7 @@ class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
         for operand in library.operands:
             if isinstance(operand, Ref) and graph.tensor(operand.name) is None:
                 raise NotApplicable(f"{library.op} reads a computed tensor {operand.name}")
-        leaf_exprs = {info.name: info.name for info in graph.inputs}
-        leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
+        leaf_exprs = forward_leaf_exprs(graph)
         folded = fold_conv_bias(graph, library)
         if folded is not None:
             graph, library, bias_expr = folded
@@ -91,8 +75,7 @@ class LibraryEpilogue(PlannedRecipe[tuple[OpNode, Region, str]]):
         library_var = "y" if "y" not in leaf_exprs else f"{library.name}_out"
         leaf_exprs[library.name] = library_var
         region = build_region(graph, tail, leaf_exprs)
-        leaf = next((lf for lf in region.leaves if lf.ref == library.name), None)
-        if leaf is None or leaf.broadcast:
+        if not region.reads_whole(library.name):
             raise NotApplicable(f"the epilogue does not read {library.op}'s output at the output's shape")
         kernel_source(region, "probe_kernel", KernelConfig())
         return library, region, library_var

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import identifier, operand_renderer
-from htam_graph.rules.codegen.model_file import SourceParts, render_file
+from htam_graph.rules.codegen.model_file import SourceParts, forward_expr, render_file
 from htam_graph.rules.codegen.triton_math import emit_op, helper_sources
 from htam_graph.rules.ops import Const, OpKind, OpNode, Value, number
 from htam_graph.rules.recipes.losses.plan import COL, FULL, ONE, ROW, LossPlan, plan_loss
@@ -64,7 +64,7 @@ class PointwiseIntoReduction(PlannedRecipe[LossPlan]):
         name = identifier(f"fused_{plan.final.op}", set())
         kernel, helpers = _kernel_source(plan, name, config)
         launcher = _launcher_source(plan, name)
-        args = [_forward_expr(view, leaf.ref) for leaf in plan.leaves]
+        args = [forward_expr(view.graph, leaf.ref) for leaf in plan.leaves]
         args += [f"float(self.{s.path})" for s in plan.scalars]
         parts = SourceParts(
             recipe_key=self.key,
@@ -89,11 +89,6 @@ class PointwiseIntoReduction(PlannedRecipe[LossPlan]):
             forward_body=(f"return {name}({', '.join(args)})",),
         )
         return render_file(parts, view.skeleton)
-
-
-def _forward_expr(view: TaskView, ref: str) -> str:
-    info = view.graph.tensor(ref)
-    return ref if info is not None and info.kind == "input" else f"self.{ref}"
 
 
 # ------------------------------------------------------------------------------------------- stage 1

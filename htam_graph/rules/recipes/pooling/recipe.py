@@ -23,6 +23,7 @@ from htam_graph.rules.codegen.fused_elementwise import (
     Region,
     Scalar,
     build_region,
+    forward_leaf_exprs,
     identifier,
 )
 from htam_graph.rules.codegen.model_file import SourceParts, render_file
@@ -113,8 +114,7 @@ class PoolWindow(PlannedRecipe[PoolPlan]):
         for node in (*pre, *post):
             if node.kind is not OpKind.ELEMENTWISE:
                 raise NotApplicable(f"{node.op} ({node.origin}) is neither elementwise nor the pool")
-        leaf_exprs = {info.name: info.name for info in graph.inputs}
-        leaf_exprs.update({info.name: f"self.{info.name}" for info in graph.attrs})
+        leaf_exprs = forward_leaf_exprs(graph)
         library_var = ""
         if library is not None:
             library_var = "y" if "y" not in leaf_exprs else f"{library.name}_out"

@@ -88,6 +88,16 @@ def drop_copies(graph: OpGraph) -> OpGraph:
     return dataclasses.replace(graph, nodes=tuple(nodes), output=output)
 
 
+def without_copies(graph: OpGraph) -> OpGraph:
+    """`drop_copies` for a recipe that reads through copies: the graph itself when it has none; NotApplicable
+    when something writes in place (a copy may then differ from its source)."""
+    if not any(n.kind is OpKind.IDENTITY for n in graph.nodes):
+        return graph
+    if any(n.origin.startswith("Tensor.") and n.origin.endswith("_") for n in graph.nodes):
+        raise NotApplicable("an in-place op makes a copy differ from its source")
+    return drop_copies(graph)
+
+
 def _check_no_in_place(graph: OpGraph) -> None:
     """A copy differs from its source once either is written in place; such forwards are not rewritten."""
     for node in graph.nodes:

@@ -17,7 +17,7 @@ at rtol=atol=1e-4 on the dev tasks' default sizes by tests/gpu/test_rules_librar
 from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, PlannedRecipe, TaskView
-from htam_graph.rules.codegen.model_file import SourceParts, render_file
+from htam_graph.rules.codegen.model_file import SourceParts, forward_expr, render_file
 from htam_graph.rules.ops import AttrScalar, number
 from htam_graph.rules.recipes.scans import codegen
 from htam_graph.rules.recipes.scans.plan import ScanPlan, plan_scan
@@ -37,7 +37,7 @@ class BlockScan(PlannedRecipe[ScanPlan]):
         return plan_scan(view.graph)
 
     def render(self, view: TaskView, plan: ScanPlan, config: KernelConfig) -> str:
-        tensors = [_forward_expr(view, ref) for ref in plan.tensors]
+        tensors = [forward_expr(view.graph, ref) for ref in plan.tensors]
         dim = f"int(self.{plan.dim.path})" if isinstance(plan.dim, AttrScalar) else repr(number(plan.dim))
         form = ("exclusive" if plan.exclusive else "inclusive") + (" reverse" if plan.reverse else "")
         parts = SourceParts(
@@ -62,8 +62,3 @@ class BlockScan(PlannedRecipe[ScanPlan]):
             forward_body=(f"return {plan.name}({', '.join(tensors)}, {dim})",),
         )
         return render_file(parts, view.skeleton)
-
-
-def _forward_expr(view: TaskView, ref: str) -> str:
-    info = view.graph.tensor(ref)
-    return ref if info is not None and info.kind == "input" else f"self.{ref}"
