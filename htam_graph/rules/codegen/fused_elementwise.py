@@ -29,7 +29,7 @@ __all__ = [
     "launcher_source",
     "region_body",
     "BROADCAST_LAYOUT_SOURCE",
-    "FULL_SHAPE_CHECK",
+    "prepare_operand",
 ]
 
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
@@ -299,7 +299,7 @@ def $name($signature) -> torch.Tensor:
     return out
 '''
 
-FULL_SHAPE_CHECK = """\
+_FULL_SHAPE_CHECK = """\
 if $arg.shape != out_shape:
     raise ValueError(f"$arg has shape {tuple($arg.shape)}, expected {tuple(out_shape)}")
 """
@@ -320,7 +320,7 @@ def launcher_source(region: Region, launcher_name: str, kernel_name: str, config
         ),
         kernel=kernel_name,
         shapes=", ".join(t + ".shape" for t in tensors),
-        operands=[line for leaf in region.leaves for line in _prepare_operand(leaf)],
+        operands=[line for leaf in region.leaves for line in prepare_operand(leaf)],
         first=next(leaf.arg for leaf in region.leaves if not leaf.broadcast),
         block=_block_name(kernel_name),
         args=", ".join(args),
@@ -328,14 +328,25 @@ def launcher_source(region: Region, launcher_name: str, kernel_name: str, config
     )
 
 
-def _prepare_operand(leaf: Leaf) -> list[str]:
-    """A full-shape operand's shape check, or a broadcast operand's layout; contiguous either way."""
-    if not leaf.broadcast:
-        return [template.fill(FULL_SHAPE_CHECK, arg=leaf.arg), f"{leaf.arg} = {leaf.arg}.contiguous()"]
-    return [
-        f"{leaf.arg} = {leaf.arg}.contiguous()",
-        f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)",
-    ]
+def prepare_operand(
+    leaf: Leaf,
+    per_channel: frozenset[str] = frozenset(),
+    per_channel_check: str = "",
+    *,
+    contiguous: bool = True,
+) -> list[str]:
+    """A launcher's lines for one operand: its full-shape check (not for a broadcast one), a contiguous copy
+    (unless `contiguous` is False: an operand whose layout the kernel reads as it is), then
+    `per_channel_check` (a template over `$arg`) for an operand in `per_channel`, or the `broadcast_layout`
+    of another broadcast one."""
+    lines = [] if leaf.broadcast else [template.fill(_FULL_SHAPE_CHECK, arg=leaf.arg)]
+    if contiguous:
+        lines.append(f"{leaf.arg} = {leaf.arg}.contiguous()")
+    if leaf.ref in per_channel:
+        lines.append(template.fill(per_channel_check, arg=leaf.arg))
+    elif leaf.broadcast:
+        lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)")
+    return lines
 
 
 def launch_constants(kernel_name: str, config: KernelConfig) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
-from htam_graph.rules.codegen.conv_epilogue import prepare_operand, tile_constants
+from htam_graph.rules.codegen.conv_epilogue import tile_constants
 from htam_graph.rules.codegen.fused_elementwise import (
     Leaf,
     Region,
@@ -22,6 +22,7 @@ from htam_graph.rules.codegen.fused_elementwise import (
     kernel_stem,
     layout_params,
     operand_renderer,
+    prepare_operand,
     region_body,
 )
 

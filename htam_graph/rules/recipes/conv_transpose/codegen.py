@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from htam_graph.rules.base import KernelConfig, NotApplicable
 from htam_graph.rules.codegen import template
-from htam_graph.rules.codegen.conv_epilogue import prepare_operand, tile_constants
+from htam_graph.rules.codegen.conv_epilogue import tile_constants
 from htam_graph.rules.codegen.fused_elementwise import (
     Leaf,
     Region,
@@ -34,6 +34,7 @@ from htam_graph.rules.codegen.fused_elementwise import (
     kernel_stem,
     layout_params,
     operand_renderer,
+    prepare_operand,
     region_body,
 )
 
