@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,9 @@ from htam_graph.cli.main import _register, cli
 from htam_graph.settings import Settings
 from htam_graph.store.embedded import ServerInfo
 from htam_graph.store.falkordb_store import FalkorDBStore
+
+load_sibling = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
+processes_with_env = load_sibling("procs").processes_with_env
 
 # CPU-sized copies of three KernelBench level-1 tasks (batch 8 x 256), in KernelBench layout.
 SUITE = Path(__file__).resolve().parents[1] / "data" / "bench_suite" / "kernelbench"
@@ -65,19 +69,6 @@ def invoke(settings: Settings, args: list[str]) -> Result:
 
 def rows_of(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
-
-
-def processes_with_env(marker: str) -> list[int]:
-    """Processes (other than this one) whose environment contains `marker` (e.g. our graph's name)."""
-    needle = marker.encode() + b"\0"
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle in (entry / "environ").read_bytes() and int(entry.name) != os.getpid():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def wait_for_lines(path: Path, n: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:

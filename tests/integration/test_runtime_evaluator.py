@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import runpy
 import stat
 import time
 import uuid
@@ -16,6 +17,8 @@ from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.model import ErrorKind, EvalRequest, Language
 
+load_sibling = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
+processes_with_env = load_sibling("procs").processes_with_env
 DATA = Path(__file__).resolve().parents[1] / "data"
 KB = Path(
     os.environ.get("HTAM_KERNELBENCH", str(Path(__file__).resolve().parents[1] / "data" / "kernelbench"))
@@ -238,26 +241,14 @@ def test_no_worker_processes_left_behind(
     request = _req(_kernel_candidate("        while True:\n            pass\n"), timeout_s=8)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         done = pool.submit(evaluator.evaluate, request)
-        seen: list[str] = []
+        seen: list[int] = []
         while not seen and not done.done():
-            seen = _marked(marker)
+            seen = processes_with_env(marker)
             time.sleep(0.1)
         result = done.result()
     assert result.error_kind is ErrorKind.TIMEOUT, result.error_excerpt
     assert seen, "the spinning worker was never seen: the leftover check would prove nothing"
-    assert _marked(marker) == []
-
-
-def _marked(entry: str) -> list[str]:
-    """Processes other than this one whose environment holds `entry`."""
-    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and _has_env(p, entry)]
-
-
-def _has_env(pid: str, entry: str) -> bool:
-    try:
-        return entry.encode() + b"\0" in Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
+    assert processes_with_env(marker) == []
 
 
 def test_nondeterministic_output_within_tolerance_fails_the_rerun(evaluator: SubprocessEvaluator) -> None:
