@@ -9,7 +9,14 @@ ops): under Triton's interpreter their cost follows the work of the shape varian
 reference's oneDNN kernels, so they are what the smoke caps must be sized for. Each evaluation uses the loop's
 CPU request (5 correctness trials, one extra shape variant, 3 timed runs) in a fresh cache folder (cold: the
 shape search runs too). The table gives the chosen smoke overrides, the reference's matmul/conv FLOPs there
-and the evaluation's wall time.
+and the evaluation's wall time, then each evaluation's worker phases and the kernel launches the worker counted
+over the whole evaluation (its `kernel_launched` check).
+
+The convolution is timed in implicit-GEMM form (one program per image, output-pixel tile and output-channel
+tile; blocks of 64 window taps per `tl.dot`). `benchmarks/candidates/triton_conv2d_direct.py`, the per-tap
+design (one program per image, output channel and pixel tile; one window tap per loop iteration), is left out
+of the default list: under the interpreter one of its programs takes about 3 s and a smoke call runs 192 of
+them, so an evaluation (17 calls) takes hours. Pass it with `--candidates` to see it time out.
 """
 
 from __future__ import annotations
@@ -29,18 +36,19 @@ from htam_graph.model import EvalRequest
 REPO = Path(__file__).resolve().parents[1]
 KERNELBENCH = REPO / "tests" / "data" / "kernelbench"
 DEFAULT_CANDIDATES = [
-    REPO / "benchmarks/candidates/triton_conv2d_direct.py",
+    REPO / "benchmarks/candidates/triton_conv2d_implicit_gemm.py",
     REPO / "benchmarks/candidates/triton_gemm_groupnorm.py",
     REPO / "tests/data/candidates/triton_log_softmax.py",
     REPO / "tests/data/candidates/triton_leaky_relu.py",
 ]
 
 
-Row = tuple[str, str, dict[str, object], int, float, str, str]
+Row = tuple[str, str, dict[str, object], int, float, str, str, str]
 
 
 def evaluate_one(path: Path, timeout_s: float) -> Row:
-    """(candidate, task, smoke overrides, reference FLOPs there, evaluation wall s, verdict, worker phases)."""
+    """(candidate, task, smoke overrides, reference FLOPs there, evaluation wall s, verdict, worker phases,
+    the worker's kernel-launch count)."""
     source = path.read_text(encoding="utf-8")
     task = candidate_task(source) or ""
     task_source = (KERNELBENCH / task).read_text(encoding="utf-8")
@@ -55,7 +63,8 @@ def evaluate_one(path: Path, timeout_s: float) -> Row:
         wall_s = time.perf_counter() - start
     verdict = "correct" if result.correct else (result.error_kind.value if result.error_kind else "?")
     phases = result.checks.get("phase_s", "").removeprefix("info: ")
-    return path.name, task, dict(spec.overrides), flops, wall_s, verdict, phases
+    launches = result.checks.get("kernel_launched", "").removeprefix("pass: ")
+    return path.name, task, dict(spec.overrides), flops, wall_s, verdict, phases, launches
 
 
 def main() -> None:
@@ -65,11 +74,12 @@ def main() -> None:
     args = p.parse_args()
     os.environ["TRITON_INTERPRET"] = "1"
     rows = [evaluate_one(path, args.timeout_s) for path in args.candidates]
-    print(f"{'candidate':<28} {'task':<52} {'MFLOP':>8} {'wall s':>7}  verdict   smoke overrides")
-    for name, task, overrides, flops, wall_s, verdict, _ in rows:
-        print(f"{name:<28} {task[:52]:<52} {flops / 1e6:>8.1f} {wall_s:>7.1f}  {verdict:<9} {overrides}")
-    for name, *_, phases in rows:
-        print(f"{name:<28} worker phases (s): {phases}")
+    print(f"{'candidate':<32} {'task':<52} {'MFLOP':>8} {'wall s':>7}  verdict   smoke overrides")
+    for name, task, overrides, flops, wall_s, verdict, *_ in rows:
+        print(f"{name:<32} {task[:52]:<52} {flops / 1e6:>8.1f} {wall_s:>7.1f}  {verdict:<9} {overrides}")
+    for name, *_, phases, launches in rows:
+        print(f"{name:<32} worker phases (s): {phases}")
+        print(f"{name:<32} launches: {launches}")
     print(f"cpu: {os.cpu_count()} cores, Triton interpreter, fp32, rtol=atol=1e-4, cold cache per evaluation")
 
 

@@ -1,6 +1,8 @@
 # htam-candidate: a hand-written direct 2-D convolution in Triton (one program: a block of output pixels of one
 # (image, output channel); loops over input channels and the kernel window), the kind of kernel a model writes
-# when told to avoid cuDNN. Under the CPU interpreter its cost grows with the convolution's FLOPs.
+# when told to avoid cuDNN. Under the CPU interpreter it pays per program and per window tap: about 3 s a program
+# at level1/50's smoke shape, 192 programs a call, so benchmarks/smoke_eval_cost.py leaves it out of its default
+# list and times triton_conv2d_implicit_gemm.py (the same convolution in implicit-GEMM form) instead.
 # task: level1/50_conv_standard_2D__square_input__square_kernel.py
 import torch
 import torch.nn as nn
