@@ -53,6 +53,21 @@ _AUTOCAST = frozenset({"autocast"})
 _CUDA_LOW_PRECISION = ("__half", "__nv_bfloat16", "__float2half", "__float2bfloat16", "half2")
 _CUDA_TF32 = ("precision::tf32", "wmma::precision", ".tf32", "CUBLAS_TF32", "CUBLAS_TENSOR_OP_MATH")
 _IEEE_DOT = frozenset({"ieee", "tf32x3"})  # tl.dot precisions that keep fp32 accuracy
+
+
+def _dot_precision_message(prec: ast.expr | None) -> str:
+    """Why a `tl.dot` breaks fp32-strict, in the words the candidate's author needs to fix it."""
+    fix = "pass input_precision='ieee', or 'tf32x3' (Triton's error-compensated 3xTF32), under fp32-strict"
+    if prec is None:
+        return f"tl.dot on fp32 defaults to TF32; {fix} (pitfall 7)"
+    if isinstance(prec, ast.Constant):
+        return (
+            f"tl.dot with input_precision={prec.value!r} rounds its inputs to TF32, also when hi/lo parts are"
+            f" summed by hand (the runtime cannot check such a split); {fix} (pitfall 7)"
+        )
+    return f"tl.dot's input_precision must be the literal 'ieee' or 'tf32x3'; {fix} (pitfall 7)"
+
+
 _CPP_EXTENSION_FUNCS = frozenset({"load_inline", "load"})
 
 
@@ -279,10 +294,7 @@ class _Visitor(ast.NodeVisitor):
                 isinstance(allow, ast.Constant) and allow.value is False
             )
             if not ok:
-                self.flag(
-                    node,
-                    "tl.dot on fp32 defaults to TF32; pass input_precision='ieee' (or 'tf32x3') under fp32-strict (pitfall 7)",
-                )
+                self.flag(node, _dot_precision_message(prec))
 
     # ---------------------------------------------------------------- try/except fallbacks
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:

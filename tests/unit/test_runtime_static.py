@@ -112,8 +112,25 @@ def test_tl_dot_must_be_ieee_under_fp32_strict_but_not_under_tf32() -> None:
     body = "@triton.jit\ndef mm(a, b):\n    c = tl.dot(a, b)\n"
     assert any("tl.dot" in v for v in _violations(body))
     assert not any("tl.dot" in v for v in _violations(body, PrecisionPolicy.TF32))
-    ieee = "@triton.jit\ndef mm(a, b):\n    c = tl.dot(a, b, input_precision='ieee')\n"
-    assert not any("tl.dot" in v for v in _violations(ieee))
+    for ok in ("ieee", "tf32x3"):
+        exact = body.replace("tl.dot(a, b)", f"tl.dot(a, b, input_precision={ok!r})")
+        assert not any("tl.dot" in v for v in _violations(exact))
+
+
+def test_an_explicit_tf32_dot_is_rejected_and_named() -> None:
+    """A hand-made hi/lo split summed with three `input_precision='tf32'` dots is still single-pass TF32 to the
+    check; the message names the precision written and the compensated one to use instead."""
+    split = (
+        "@triton.jit\ndef mm(ah, al, bh, bl, acc):\n"
+        "    acc = tl.dot(al, bh, acc, input_precision='tf32')\n"
+        "    acc = tl.dot(ah, bh, acc, input_precision='tf32')\n"
+    )
+    found = [v for v in _violations(split) if "tl.dot" in v]
+    assert len(found) == 2
+    assert all("input_precision='tf32'" in v and "'tf32x3'" in v and "defaults" not in v for v in found)
+    dynamic = "@triton.jit\ndef mm(a, b, p):\n    c = tl.dot(a, b, input_precision=p)\n"
+    assert any("must be the literal" in v for v in _violations(dynamic))
+    assert not any("tl.dot" in v for v in _violations(split, PrecisionPolicy.TF32))
 
 
 def test_precision_rules_follow_the_policy() -> None:
