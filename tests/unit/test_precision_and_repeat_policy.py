@@ -78,3 +78,13 @@ def test_no_seed_strategy_offers_float_atomics_without_saying_they_fail() -> Non
     for key, text in offering:
         assert re.search(r"repeat check|identical outputs|are out", text), key
         assert "when determinism is not required" not in text, key
+
+
+def test_the_seed_says_to_write_3xtf32_as_tf32x3_not_as_a_hand_split() -> None:
+    """The study's stand-in read the 3xTF32 strategy's description of the split as a recipe and summed hi/lo
+    parts with plain TF32 dots, which the static check rejects: the text now points at `tf32x3` instead."""
+    seed = load_seed()
+    [loc] = [loc for loc in seed.locals if loc.key == "compute_efficiency.tensor_core_fp32_emulation"]
+    pattern = " ".join(loc.pattern.split())
+    assert 'input_precision="tf32x3"' in pattern
+    assert "do not split by hand" in pattern
