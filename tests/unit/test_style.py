@@ -3,10 +3,12 @@ pyproject.toml, so style or type drift fails CI."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,33 @@ def test_mypy_strict() -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     checked = int(done.stdout.rsplit(" in ", 1)[1].split()[0])  # "Success: no issues found in N source files"
     assert checked > 150, done.stdout
+
+
+def _imported_roots(folder: Path) -> set[str]:
+    """The top-level names of every absolute import in the Python files under `folder`."""
+    roots: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_mypy_skips_no_package_the_project_imports() -> None:
+    """pyproject's `follow_imports = "skip"` list is for libraries only third-party code reaches: a project
+    module importing one of them would get Any from it and lose its type checks."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    skipped = {
+        name.split(".")[0]
+        for override in config["tool"]["mypy"].get("overrides", [])
+        if override.get("follow_imports") == "skip"
+        for name in override["module"]
+    }
+    assert skipped, "no skip list: update this test with the configuration"
+    imported = set().union(
+        *(_imported_roots(ROOT / f) for f in ("htam_graph", "cli", "importers", "kernels_runtime"))
+    )
+    assert {"torch", "click", "pydantic"} <= imported  # the scan sees the project's imports
+    assert sorted(skipped & imported) == []
