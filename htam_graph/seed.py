@@ -52,8 +52,13 @@ _SNAKE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _SEED_RESOURCE = "data/seed_memory.yaml"
 
 
-class _UniqueKeySafeLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that rejects duplicate mapping keys.
+# libyaml's parser where PyYAML was built with it (the pure-Python one parses the packaged seed ~10x slower,
+# and every `run`, `bench` and `memory` command reads it); the constructors are the same safe ones.
+_SafeLoaderBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeySafeLoader(_SafeLoaderBase):  # type: ignore[misc,valid-type]
+    """A safe loader that rejects duplicate mapping keys.
 
     Plain `safe_load` keeps the last of two equal keys silently; in a reviewed file that hides an edit.
     """

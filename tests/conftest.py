@@ -9,6 +9,8 @@
   need Neo4j itself (skipped or failed as above). `neo4j_server` (function): the connection settings alone.
 - `store_factory` (function): `make(graph_name=None, apply_schema=True) -> FalkorDBStore`, for tests that need
   several graphs (export one, import into another); every graph it made is deleted afterwards.
+- `pytest_configure` points every evaluator of the run at one shape-variant cache (a fresh folder, removed at
+  the end), so a task's variants are selected once per run, not once per evaluation.
 - `htam_settings` (function): `Settings` whose embedded home is the session server's and whose graph is fresh,
   for CLI tests (`--home`) and `open_store`; the graph is deleted afterwards.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from htam_graph.kernels_runtime.parent.evaluator import VARIANT_CACHE_ENV
 from htam_graph.ports import GraphStore
 from htam_graph.settings import Settings
 from htam_graph.store.embedded import EmbeddedServer, ServerInfo
@@ -45,6 +48,26 @@ BACKENDS = ["falkordb", pytest.param("neo4j", marks=pytest.mark.neo4j)]
 def unique_graph_name(prefix: str = "t") -> str:
     """A graph name no other test uses."""
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+_OWN_VARIANT_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One shape-variant cache for every evaluator of this run (`VARIANT_CACHE_ENV`), in a fresh folder: a
+    worker whose task was seen before skips the selection (~2 s of meta-device imports per worker), and nothing
+    outlives the run. pytest-xdist's workers inherit the folder from the controller; a value already set is
+    kept."""
+    if VARIANT_CACHE_ENV not in os.environ:
+        folder = tempfile.mkdtemp(prefix="htam-test-variants-")
+        os.environ[VARIANT_CACHE_ENV] = folder
+        _OWN_VARIANT_CACHE.append(folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _OWN_VARIANT_CACHE:
+        os.environ.pop(VARIANT_CACHE_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -44,13 +44,17 @@ from htam_graph.model import ErrorKind, EvalRequest, EvalResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SubprocessEvaluator", "WorkerRun", "default_cache_dir"]
+__all__ = ["SubprocessEvaluator", "WorkerRun", "default_cache_dir", "VARIANT_CACHE_ENV"]
 
 _POLL_S = 0.05
 _TAIL = 1500
 # Longest wait for the GPU memory budget before the evaluation is given up as an infrastructure failure.
 _MAX_QUEUE_S = 3600.0
 _FACTS_TIMEOUT_S = 600.0
+# A folder for the shape-variant selections that overrides `cache_dir/variants` (the test suite shares one
+# across its evaluators). A selection is a pure function of the task source (harness._variants), so any
+# evaluator may reuse another's.
+VARIANT_CACHE_ENV = "HTAM_VARIANT_CACHE"
 
 
 def default_cache_dir() -> Path:
@@ -279,7 +283,7 @@ class SubprocessEvaluator:
         env["HTAM_RESULT_PATH"] = str(run.result)
         env["HTAM_PROGRESS_PATH"] = str(run.progress)
         env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
-        env["HTAM_VARIANT_CACHE"] = str(self.cache_dir / "variants")
+        env[VARIANT_CACHE_ENV] = os.environ.get(VARIANT_CACHE_ENV) or str(self.cache_dir / "variants")
         env["HTAM_SOL_CACHE"] = str(self.cache_dir / "sol")
         env["HTAM_FACTS_CACHE"] = str(self.cache_dir / "facts")
         payload = json.dumps(

@@ -102,7 +102,12 @@ def test_transfer_study_on_the_h200_kernelbench_bank(htam_settings: Settings, tm
     code, out = _invoke(htam_settings, *common, "--frozen-memory", "--out", str(tmp_path / "frozen"))
     assert code == 0, out
     (row,) = [json.loads(x) for x in (tmp_path / "frozen" / "results.jsonl").read_text().splitlines()]
-    assert row["status"] == "done" and len(row["trajectory"]) == 1
+    assert (row["task"], row["status"], len(row["trajectory"])) == ("robust-kbench/layernorm", "done", 1)
+    # the bench of a Robust-KBench path (test_bench_runs_a_robust_kbench_path, slow tier, checks the same)
+    assert json.loads((tmp_path / "frozen" / "bench.json").read_text())["task_keys"] == [
+        "robust-kbench/layernorm"
+    ]
+    assert (tmp_path / "frozen" / "report" / "report.md").is_file()
     # frozen: no experience written (the task itself is registered, like `tasks import`)
     assert _counts(htam_settings) == {**bank, "Task": bank["Task"] + 1}
 

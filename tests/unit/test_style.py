@@ -3,10 +3,12 @@ pyproject.toml, so style or type drift fails CI."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,58 @@ def test_mypy_strict() -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     checked = int(done.stdout.rsplit(" in ", 1)[1].split()[0])  # "Success: no issues found in N source files"
     assert checked > 150, done.stdout
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """`a.b.c` for an attribute chain on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _names_used(folder: Path) -> set[str]:
+    """Every module the Python files under `folder` import (`from m import x` also gives `m.x`) and every
+    attribute chain they write on an imported module (`torch._dynamo.reset` after `import torch`), so a library
+    module reached as an attribute counts."""
+    names: set[str] = set()
+    for path in folder.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound: dict[str, str] = {}  # local name -> module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+                for alias in node.names:
+                    root = alias.name.split(".")[0]
+                    bound[alias.asname or root] = alias.name if alias.asname else root
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for node in ast.walk(tree):
+            dotted = _dotted(node) if isinstance(node, ast.Attribute) else None
+            if dotted and dotted.split(".")[0] in bound:
+                head, _, rest = dotted.partition(".")
+                names.add(f"{bound[head]}.{rest}")
+    return names
+
+
+def test_mypy_skips_no_module_the_project_uses() -> None:
+    """pyproject's `follow_imports = "skip"` list is for library modules only other libraries reach: a project
+    module importing one of them, or naming it as an attribute (`torch._dynamo.reset()`), would get Any from it
+    and lose its type checks."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    skipped = {
+        name.removesuffix(".*")
+        for override in config["tool"]["mypy"].get("overrides", [])
+        if override.get("follow_imports") == "skip"
+        for name in override["module"]
+    }
+    assert skipped, "no skip list: update this test with the configuration"
+    used = set().union(
+        *(_names_used(ROOT / f) for f in ("htam_graph", "cli", "importers", "kernels_runtime"))
+    )
+    assert {"torch", "torch.fx.GraphModule", "pydantic", "openai.types.chat"} <= used  # the scan sees them
+    hit = sorted(n for n in used for s in skipped if n == s or n.startswith(s + "."))
+    assert hit == []
