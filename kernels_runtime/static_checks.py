@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from htam_graph.model import Language, PrecisionPolicy
 
-__all__ = ["StaticReport", "analyse", "ALLOWED_IMPORTS"]
+__all__ = ["StaticReport", "analyse", "dotted_name", "ALLOWED_IMPORTS"]
 
 # Top-level modules a candidate may import. An allowlist (not a denylist) so that importing the task module,
 # `gc` (object graph walks to find the reference), `ctypes`, `threading` & co are all rejected the same way.
@@ -92,7 +92,7 @@ class StaticReport:
         return None
 
 
-def _dotted(node: ast.AST) -> str | None:
+def dotted_name(node: ast.AST) -> str | None:
     """`a.b.c` for an Attribute/Name chain, else None."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -102,7 +102,7 @@ def _dotted(node: ast.AST) -> str | None:
         parts.append(node.id)
         return ".".join(reversed(parts))
     if isinstance(node, ast.Call):  # e.g. torch.cuda.Event().elapsed_time
-        inner = _dotted(node.func)
+        inner = dotted_name(node.func)
         return None if inner is None else inner + "()." + ".".join(reversed(parts))
     return None
 
@@ -186,7 +186,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _FORBIDDEN_DUNDERS:
             self.flag(node, f"uses .{node.attr} (introspection that can patch or find harness objects)")
-        full = self.al.resolve(_dotted(node))
+        full = self.al.resolve(dotted_name(node))
         if full is not None and full.startswith("torch.cuda.") and full.split(".")[2] in _SIDE_STREAM:
             self.flag(node, f"uses {full}: work on a side stream escapes the caller's stream (pitfall 4)")
         if full is not None:
@@ -206,7 +206,7 @@ class _Visitor(ast.NodeVisitor):
             return
         if not isinstance(target, ast.Attribute):
             return
-        full = self.al.resolve(_dotted(target))
+        full = self.al.resolve(dotted_name(target))
         if full is None:
             return
         if full.endswith(_TF32_ASSIGN):
@@ -241,7 +241,7 @@ class _Visitor(ast.NodeVisitor):
     # ---------------------------------------------------------------- calls
     def visit_Call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr"} and len(node.args) >= 2:
-            target = self.al.resolve(_dotted(node.args[0]))
+            target = self.al.resolve(dotted_name(node.args[0]))
             if target is not None and not isinstance(node.args[1], ast.Constant):
                 self.flag(node, f"{node.func.id}() on {target} with a computed name")
         if isinstance(node.func, ast.Name):
@@ -256,11 +256,11 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _check_call(self, node: ast.Call) -> None:
-        dotted = _dotted(node.func)
+        dotted = dotted_name(node.func)
         if isinstance(node.func, ast.Name) and node.func.id in _FORBIDDEN_BUILTINS:
             self.flag(node, f"calls {node.func.id}()")
         if isinstance(node.func, ast.Name) and node.func.id in _PATCHING_BUILTINS and node.args:
-            target = self.al.resolve(_dotted(node.args[0]))
+            target = self.al.resolve(dotted_name(node.args[0]))
             if target is not None:
                 self.flag(node, f"{node.func.id}() on {target}: patching an imported module (pitfall 6)")
         full = self.al.resolve(dotted)
@@ -300,7 +300,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
             if isinstance(sub, ast.Call):
-                full = self.al.resolve(_dotted(sub.func))
+                full = self.al.resolve(dotted_name(sub.func))
                 if full is not None and full.split(".")[0] == "torch":
                     self.flag(sub, f"calls {full} inside an except handler: a torch fallback (pitfall 15)")
                     break
@@ -310,7 +310,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
-            full = self.al.resolve(_dotted(target))
+            full = self.al.resolve(dotted_name(target))
             if full in {"triton.jit", "triton.runtime.jit.jit"}:
                 self.report.has_triton_kernel = True
         self.generic_visit(node)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from htam_graph.kernels_runtime.static_checks import dotted_name
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,16 +59,6 @@ def test_mypy_strict() -> None:
     assert checked > 150, done.stdout
 
 
-def _dotted(node: ast.expr) -> str | None:
-    """`a.b.c` for an attribute chain on a name, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
 def _names_used(folder: Path) -> set[str]:
     """Every module the Python files under `folder` import (`from m import x` also gives `m.x`) and every
     attribute chain they write on an imported module (`torch._dynamo.reset` after `import torch`), so a library
@@ -85,7 +77,7 @@ def _names_used(folder: Path) -> set[str]:
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
         for node in ast.walk(tree):
-            dotted = _dotted(node) if isinstance(node, ast.Attribute) else None
+            dotted = dotted_name(node) if isinstance(node, ast.Attribute) else None
             if dotted and dotted.split(".")[0] in bound:
                 head, _, rest = dotted.partition(".")
                 names.add(f"{bound[head]}.{rest}")
