@@ -11,6 +11,7 @@ cross_entropy.py). No special recipe is needed for a new combination of supporte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
@@ -24,11 +25,19 @@ from htam_graph.rules.compose.launchers import ROW_HELPERS_SOURCE, constants, la
 from htam_graph.rules.compose.partition import FusedStage, Stage, TorchStage, drop_identities, partition
 from htam_graph.rules.compose.reducers import REDUCING_KINDS
 from htam_graph.rules.compose.stats import PROD_COMBINE
-from htam_graph.rules.compose.torch_calls import torch_call
-from htam_graph.rules.ops import OpGraph, OpKind
+from htam_graph.rules.compose.torch_calls import StageCall, torch_call
+from htam_graph.rules.ops import OpGraph, OpKind, OpNode
 from htam_graph.rules.recipes.elementwise.library_epilogue import fold_conv_bias, fold_linear_bias
 
-__all__ = ["ComposedKernels", "KEY", "ComposedPlan", "plan_composed"]
+__all__ = [
+    "ComposedKernels",
+    "KEY",
+    "ComposedPlan",
+    "composed_parts",
+    "forward_lines",
+    "plan_composed",
+    "probe_composed",
+]
 
 KEY = "fusion.composed_kernels"
 
@@ -45,18 +54,20 @@ class ComposedPlan:
     groups: dict[int, Group]
     variables: tuple[str, ...]
 
-    def describe(self) -> str:
+    def describe(self, kept: Callable[[OpNode], str] = lambda node: "PyTorch") -> str:
+        """The stages in order; `kept` says what computes each kept stage."""
         parts = []
         for i, stage in enumerate(self.stages):
             if isinstance(stage, TorchStage):
-                parts.append(f"{stage.node.op} (PyTorch)")
+                parts.append(f"{stage.node.op} ({kept(stage.node)})")
             else:
                 parts.append(f"[{self.groups[i].describe()}] (Triton)")
         return " -> ".join(parts)
 
 
-def plan_composed(view: TaskView) -> ComposedPlan:
-    """The composed plan of a task, or NotApplicable with the reason."""
+def plan_composed(view: TaskView, needs_fusion: bool = True) -> ComposedPlan:
+    """The composed plan of a task, or NotApplicable with the reason. `needs_fusion=False` also plans a
+    forward without anything to fuse (a recipe that replaces a library op writes its own kernel there)."""
     graph = view.graph
     if graph.shape_specialised:
         raise NotApplicable(
@@ -64,7 +75,7 @@ def plan_composed(view: TaskView) -> ComposedPlan:
         )
     graph = _fold_first_bias(expand_cross_entropy(drop_identities(graph)))
     stages = tuple(partition(graph))
-    if not any(isinstance(s, FusedStage) for s in stages):
+    if needs_fusion and not any(isinstance(s, FusedStage) for s in stages):
         raise NotApplicable("the forward has no elementwise op or reduction to fuse")
     args = {a.split("=")[0] for a in view.skeleton.forward_args}
     exprs = {info.name: info.name for info in graph.inputs}
@@ -92,55 +103,66 @@ class ComposedKernels(PlannedRecipe[ComposedPlan]):
         return plan_composed(view)
 
     def probe(self, view: TaskView, plan: ComposedPlan) -> None:
-        for i, group in plan.groups.items():
-            kernel_source(group, f"composed_{i}_kernel")  # inexpressible ops fail here, not at emit
-        _forward_lines(plan)
+        probe_composed(plan)
 
     def render(self, view: TaskView, plan: ComposedPlan, config: KernelConfig) -> str:
-        kernels: list[str] = []
-        launchers: list[str] = []
-        consts: list[str] = []
-        helpers: set[str] = set()
-        for i, group in plan.groups.items():
-            name = f"composed_{i}"
-            text, used = kernel_source(group, f"{name}_kernel")
-            kernels.append(text)
-            helpers |= used
-            launchers.append(launcher_source(group, name, f"{name}_kernel"))
-            consts += constants(name, config)
-        reducing = [g for g in plan.groups.values() if g.reduction is not None]
-        extra = [BROADCAST_LAYOUT_SOURCE]
-        if reducing:
-            extra.append(ROW_HELPERS_SOURCE)
-        combine = (
-            [PROD_COMBINE] if any(g.reduction and g.reduction.family == "prod" for g in reducing) else []
-        )
-        parts = SourceParts(
-            recipe_key=KEY,
-            config=config,
-            task_key=view.task_key,
-            summary=(
-                f"Composed from the forward's ops: {plan.describe()}.",
-                "Library ops stay PyTorch calls; each fused group is one Triton kernel computing in fp32.",
-            ),
-            constants=tuple(consts),
-            helpers=(*helper_sources(helpers), *combine),
-            kernels=tuple(kernels),
-            extra=tuple(extra),
-            launchers=tuple(launchers),
-            class_doc=f"Composed: {plan.describe()}.",
-            forward_body=tuple(_forward_lines(plan)),
-        )
-        return render_file(parts, view.skeleton)
+        return render_file(composed_parts(view, plan, config, KEY), view.skeleton)
 
 
-def _forward_lines(plan: ComposedPlan) -> list[str]:
+def probe_composed(plan: ComposedPlan, call: StageCall = torch_call) -> None:
+    """Write every kernel and the forward once: an op the rules cannot express fails here, not at emit."""
+    for i, group in plan.groups.items():
+        kernel_source(group, f"composed_{i}_kernel")
+    forward_lines(plan, call)
+
+
+def composed_parts(
+    view: TaskView, plan: ComposedPlan, config: KernelConfig, key: str, call: StageCall = torch_call
+) -> SourceParts:
+    """The pieces of the composed file: one kernel and launcher per fused group, and the forward, whose kept
+    stages `call` writes (their PyTorch calls by default)."""
+    kernels: list[str] = []
+    launchers: list[str] = []
+    consts: list[str] = []
+    helpers: set[str] = set()
+    for i, group in plan.groups.items():
+        name = f"composed_{i}"
+        text, used = kernel_source(group, f"{name}_kernel")
+        kernels.append(text)
+        helpers |= used
+        launchers.append(launcher_source(group, name, f"{name}_kernel"))
+        consts += constants(name, config)
+    reducing = [g for g in plan.groups.values() if g.reduction is not None]
+    extra = [BROADCAST_LAYOUT_SOURCE] if plan.groups else []
+    if reducing:
+        extra.append(ROW_HELPERS_SOURCE)
+    combine = [PROD_COMBINE] if any(g.reduction and g.reduction.family == "prod" for g in reducing) else []
+    return SourceParts(
+        recipe_key=key,
+        config=config,
+        task_key=view.task_key,
+        summary=(
+            f"Composed from the forward's ops: {plan.describe()}.",
+            "Library ops stay PyTorch calls; each fused group is one Triton kernel computing in fp32.",
+        ),
+        constants=tuple(consts),
+        helpers=(*helper_sources(helpers), *combine),
+        kernels=tuple(kernels),
+        extra=tuple(extra),
+        launchers=tuple(launchers),
+        class_doc=f"Composed: {plan.describe()}.",
+        forward_body=tuple(forward_lines(plan, call)),
+    )
+
+
+def forward_lines(plan: ComposedPlan, call: StageCall = torch_call) -> list[str]:
+    """ModelNew.forward's body: each kept stage as `call` writes it, each fused group as its launcher."""
     lines: list[str] = []
     computed: dict[str, str] = {}
     for i, stage in enumerate(plan.stages):
         var = plan.variables[i]
         if isinstance(stage, TorchStage):
-            lines.append(f"{var} = {torch_call(plan.graph, stage.node, computed)}  # PyTorch, unchanged")
+            lines.append(f"{var} = {call(plan.graph, stage.node, computed)}")
         else:
             group = plan.groups[i]
             lines += _batch_norm_guard(group)

@@ -2,8 +2,8 @@
 
 Each family holds its recipe (`recipe.py`, or one module per recipe) with the plan and the emitters it needs:
 elementwise/, rewrites/, reduce/, norms/, scans/, losses/, gemm_row/, pooling/, conv_reduce/, conv_transpose/,
-depthwise/, channels_last/ (and rules/compose/, the composed fallback). tuning.py re-emits a base recipe's
-kernel with another launch configuration.
+depthwise/, channels_last/, tensor_core/ (and rules/compose/, the composed fallback). tuning.py re-emits a
+base recipe's kernel with another launch configuration.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from htam_graph.rules.recipes.rewrites.diag_matmul import DiagMatmulAsBroadcast
 from htam_graph.rules.recipes.rewrites.noops import DropNoops
 from htam_graph.rules.recipes.rewrites.reduce_linear import ReduceBeforeLinear
 from htam_graph.rules.recipes.scans.block_scan import BlockScan
+from htam_graph.rules.recipes.tensor_core.recipe import TensorCoreGemm
 from htam_graph.rules.recipes.tuning import TuningRecipe, tuning_recipes
 
 __all__ = ["base_recipes", "default_recipes", "TuningRecipe"]
@@ -46,6 +47,7 @@ def base_recipes() -> dict[str, Recipe]:
     recipes.append(ConvReduction())
     recipes.append(ConvTransposeAsConv())
     recipes.append(DepthwiseConvDirect())
+    recipes.append(TensorCoreGemm())
     recipes.append(ComposedKernels())  # the general fallback: composed from the forward's ops
     return {r.key: r for r in recipes}
 
