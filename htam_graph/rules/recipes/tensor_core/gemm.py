@@ -6,9 +6,10 @@ tensor cores, close to fp32 accuracy (the runtime still checks every result at t
 H200 plain fp32 GEMMs run on the CUDA cores; the LLM study's 3xTF32 GEMMs ran 1.6-1.8x faster than cuBLAS's
 fp32 GEMM at 1e-4 (results/llm_study/README.md).
 
-Operands are read through their strides, so transposed views (`A.T`, `W.t()`) cost no copy; a batch axis
-covers bmm and batched matmul (stride 0 broadcasts a 2-D operand over the batch). When the output has fewer
-tiles than the GPU has SMs and K is long, K is split across programs and the partial products are summed.
+Operands are read through their strides when they are K-major (A's rows and B's columns contiguous along
+K, as x and W.t() of nn.Linear are); other layouts are copied to K-major once. A batch axis covers bmm and
+batched matmul (stride 0 broadcasts a 2-D operand over the batch). When the output has fewer tiles than the
+GPU has SMs and K is long, K is split across programs and the partial products are summed.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def gemm_tiles(m: int, n: int, k: int) -> tuple[int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the GEMM kernel for an M x N x K product."""
     if m <= 64:
         return 64, 128, 32, 4, 4
-    return 128, 128, 32, 8, 3
+    return 128, 128, 64, 8, 3
 
 
 def tf32x3_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,6 +110,12 @@ def tf32x3_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = 
             raise ValueError(f"tf32x3_matmul: batch dims {tuple(a.shape)} and {tuple(b.shape)} differ")
         out_shape = (*lead, a.shape[-2], b.shape[-1])
         a3, b3 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    # K-major operands: Hopper's TF32 tensor-core instructions read both tiles along K (a B tile with N
+    # contiguous runs through a much slower path), so other layouts are copied once, a memory pass.
+    if a3.stride(2) != 1:
+        a3 = a3.contiguous()
+    if b3.stride(1) != 1:
+        b3 = b3.transpose(1, 2).contiguous().transpose(1, 2)
     batch, m, k = a3.shape
     n = b3.shape[2]
     block_m, block_n, block_k, warps, stages = gemm_tiles(m, n, k)
