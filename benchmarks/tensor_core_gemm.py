@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+import triton
 
 from htam_graph.importers.kernelbench import parse_task
 from htam_graph.kernels_runtime.worker import timing_protocol
@@ -36,10 +37,10 @@ from htam_graph.rules.recipes.tensor_core.recipe import TensorCoreGemm
 CONFIGS: list[tuple[int, int, int, int, int] | None] = [
     None,
     (128, 128, 32, 8, 3),
-    (128, 256, 64, 8, 3),
-    (128, 128, 64, 8, 4),
+    (128, 128, 32, 8, 4),
+    (128, 256, 32, 8, 3),
+    (256, 128, 32, 8, 3),
     (128, 128, 64, 4, 3),
-    (256, 128, 64, 8, 3),
 ]
 
 
@@ -107,7 +108,8 @@ def main() -> None:
         configs = CONFIGS[: args.configs]
         names = ["own choice" if c is None else "x".join(map(str, c)) for c in configs]
         print(
-            "| task | op | batch x M x N x K | cuBLAS fp32 µs | " + " | ".join(names)
+            "| task | op | batch x M x N x K | cuBLAS fp32 µs | "
+            + " | ".join(names)
             + " | best | allclose to cuBLAS at 1e-4 | max abs error vs fp64: cuBLAS / 3xTF32 (worst) |"
         )
         print("|---|---|---|---:|" + "---:|" * len(configs) + "---|---|---|")
@@ -126,15 +128,23 @@ def main() -> None:
             errors = [(cublas - exact).abs().max().item()]
             ok = []
             for name, config in zip(names, configs, strict=True):
-                got = _with_tiles(module, default_tiles, config, a, b)
+                try:
+                    got = _with_tiles(module, default_tiles, config, a, b)
+                except (
+                    triton.runtime.errors.OutOfResources
+                ):  # the tiles need more shared memory than there is
+                    continue
                 errors.append((got - exact).abs().max().item())
                 ok.append(bool(torch.allclose(got, cublas, rtol=1e-4, atol=1e-4)))
                 fns[name] = lambda a=a, b=b, c=config: _with_tiles(module, default_tiles, c, a, b)
             timings = timing_protocol.time_interleaved(fns, device, runs=20, warmup=3)
             us = {n: statistics.median(v) for n, v in timings.samples_us.items()}
-            best = min(names, key=lambda n: us[n])
+            best = min(us, key=lambda n: us[n])
             speedups.append(us["cublas"] / us[names[0]])
-            cells = " | ".join(f"{us[n]:,.1f} ({us['cublas'] / us[n]:.2f}x)" for n in names)
+            cells = " | ".join(
+                f"{us[n]:,.1f} ({us['cublas'] / us[n]:.2f}x)" if n in us else "out of shared memory"
+                for n in names
+            )
             dims = "x".join(map(str, size))
             err = f"{errors[0]:.1e} / {max(errors[1:]):.1e}"
             print(f"| {task} | {op} | {dims} | {us['cublas']:,.1f} | {cells} | {best} | {all(ok)} | {err} |")

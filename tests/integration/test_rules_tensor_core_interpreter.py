@@ -69,7 +69,7 @@ class Model(nn.Module):
         return torch.matmul(a.T, b)
 
 
-k, m, n = 512, 384, 640
+k, m, n = 512, 640, 640
 
 
 def get_inputs():
@@ -93,7 +93,7 @@ class Model(nn.Module):
         return torch.relu(torch.bmm(a, b))
 
 
-batch, m, k, n = 8, 256, 256, 256
+batch, m, k, n = 8, 512, 256, 256
 
 
 def get_inputs():
@@ -211,3 +211,26 @@ def test_generated_file_matches_its_model(name: str, tmp_path: Path) -> None:
 def test_the_linear_chain_passes_the_real_evaluator() -> None:
     task = own_task("linear-chain")
     rev.assert_correct_in_real_evaluator(task, emit("linear-chain"))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "why"),
+    [
+        ({"m": 640, "n": 1}, "a matrix-vector product is memory-bound"),
+        ({"m": 32, "n": 640}, "M below 64"),
+        ({"m": 256, "n": 640, "k": 4096}, "B needs a K-major copy and M < 512"),
+        ({"m": 128, "n": 128, "k": 128}, "too few multiply-adds"),
+    ],
+    ids=["matvec", "thin", "copy-not-hidden", "small"],
+)
+def test_cublas_stays_where_the_kernel_does_not_pay_off(sizes: dict[str, int], why: str) -> None:
+    values = {"k": 512, "m": 640, "n": 640} | sizes
+    source = (
+        TRANSPOSED_PRODUCT.replace("a.T, b", "a, b")
+        .replace("k, m, n = 512, 640, 640", f"k, m, n = {values['k']}, {values['m']}, {values['n']}")
+        .replace("torch.randn(k, m)", "torch.randn(m, k)")
+    )
+    task = Task(key="own/t", suite="own", level=None, name="t", source=source, source_sha256="0" * 64)
+    verdict = RulesGenerator().applies(KEY, task)
+    assert not verdict, why
+    assert "compute-bound" in verdict.reason

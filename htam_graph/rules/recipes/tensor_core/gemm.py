@@ -26,6 +26,9 @@ GEMM_OPS = frozenset({"linear", "matmul", "mm", "bmm"})
 # Below this many multiply-adds the GEMM is launch- or memory-bound: cuBLAS stays.
 MIN_MACS = 2**26
 MIN_SIDE = 64  # M and N at least this: thinner products (matrix-vector) are memory-bound
+# An N-major B is copied to K-major, one pass over K x N elements: with fewer rows than this (M MACs per
+# element of B) the copy is not hidden. H200: M = 256, K = 524288 ran at 0.31x of cuBLAS with the copy.
+MIN_ROWS_TO_COPY_B = 512
 
 GEMM_KERNEL_SOURCE = '''\
 @triton.jit
@@ -110,15 +113,23 @@ def tf32x3_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = 
             raise ValueError(f"tf32x3_matmul: batch dims {tuple(a.shape)} and {tuple(b.shape)} differ")
         out_shape = (*lead, a.shape[-2], b.shape[-1])
         a3, b3 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
-    # K-major operands: Hopper's TF32 tensor-core instructions read both tiles along K (a B tile with N
+    batch, m, k = a3.shape
+    n = b3.shape[2]
+    if batch * m * n == 0 or k == 0:
+        out = torch.zeros((batch, m, n), device=a.device, dtype=torch.float32)
+        return (out + bias if bias is not None else out).reshape(out_shape)
+    block_m, block_n, block_k, warps, stages = gemm_tiles(m, n, k)
+    if k % block_k:  # whole K tiles: no masks in the K loop, every row 16-byte aligned (a copy, zero-padded)
+        pad = block_k - k % block_k
+        a3 = torch.nn.functional.pad(a3, (0, pad))
+        b3 = torch.nn.functional.pad(b3.transpose(1, 2), (0, pad)).transpose(1, 2)
+        k += pad
+    # K-major operands: Hopper's TF32 tensor-core instructions read B's tile along K (a B tile with N
     # contiguous runs through a much slower path), so other layouts are copied once, a memory pass.
     if a3.stride(2) != 1:
         a3 = a3.contiguous()
     if b3.stride(1) != 1:
         b3 = b3.transpose(1, 2).contiguous().transpose(1, 2)
-    batch, m, k = a3.shape
-    n = b3.shape[2]
-    block_m, block_n, block_k, warps, stages = gemm_tiles(m, n, k)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits = 1
     programs = 2 * torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 8
@@ -127,9 +138,6 @@ def tf32x3_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = 
     k_per_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)
     c = torch.empty((splits, batch, m, n), device=a.device, dtype=torch.float32)
-    if c.numel() == 0 or k == 0:
-        out = torch.zeros((batch, m, n), device=a.device, dtype=torch.float32)
-        return (out + bias if bias is not None else out).reshape(out_shape)
     bias_arg = bias.contiguous() if bias is not None else c
     tf32x3_gemm_kernel[(tiles, batch, splits)](
         a3, b3, bias_arg, c,
@@ -138,7 +146,7 @@ def tf32x3_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = 
         b3.stride(0), b3.stride(1), b3.stride(2),
         c.stride(0), c.stride(1), c.stride(2),
         HAS_BIAS=bias is not None,
-        EVEN_K=k % block_k == 0 and k_per_split % block_k == 0,
+        EVEN_K=k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
         num_warps=warps, num_stages=stages,
     )
@@ -168,12 +176,25 @@ def gemm_size(graph: OpGraph, node: OpNode) -> tuple[int, int, int, int]:
 
 
 def compute_bound(graph: OpGraph, node: OpNode) -> bool:
-    """Whether a GEMM is large enough for the tensor-core kernel to pay off (see MIN_MACS, MIN_SIDE)."""
+    """Whether a GEMM is large enough for the tensor-core kernel to pay off (MIN_MACS, MIN_SIDE) and, when
+    its B operand must be copied to K-major first, has rows enough to hide the copy (MIN_ROWS_TO_COPY_B)."""
     try:
         batch, m, n, k = gemm_size(graph, node)
     except NotApplicable:
         return False
+    if not _b_k_major(graph, node) and m < MIN_ROWS_TO_COPY_B:
+        return False
     return min(m, n) >= MIN_SIDE and k >= MIN_SIDE and batch * m * n * k >= MIN_MACS
+
+
+def _b_k_major(graph: OpGraph, node: OpNode) -> bool:
+    """Whether B reaches the kernel K-major: nn.Linear's W.t(), or the transpose (`.T`, `.t()`) of a
+    row-major tensor; a forward input or a computed tensor multiplied as it is is N-major."""
+    if node.op == "linear":
+        return True
+    b = node.operands[1]
+    source = graph.node(b.name) if isinstance(b, Ref) else None
+    return source is not None and source.op == "t"
 
 
 def gemm_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
