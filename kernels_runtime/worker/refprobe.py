@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from htam_graph.kernels_runtime.worker.taskmod import OverrideValue, load_task_module
 
@@ -48,6 +49,9 @@ class ProbeResult:
     input_numel: int = 0
     output_numel: int = 0
     flops: int = 0  # matmul/conv FLOPs of the forward (FlopCounterMode), what an interpreted kernel pays for
+    # elements of the largest tensor an op of the forward allocated (not a view): what an interpreted kernel
+    # over an intermediate (a norm after an upsampling conv-transpose, say) pays for, input caps aside
+    largest_intermediate: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,9 +134,10 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
+    largest = _LargestAllocation()
     start = time.perf_counter()
     try:
-        with torch.no_grad(), counter:
+        with torch.no_grad(), counter, largest:
             out = model(*inputs)
         forward_s = time.perf_counter() - start
         if forward_s > _RETIME_S:
@@ -146,7 +151,34 @@ def _probe_cpu(source: str, name: str, overrides: Mapping[str, OverrideValue], s
     reason, constant = _check_output(out)
     output_numel = sum(t.numel() for t in _tensors(out))
     flops = int(counter.get_total_flops())
-    return ProbeResult(not reason, reason, constant, build_s, forward_s, input_numel, output_numel, flops)
+    return ProbeResult(
+        not reason, reason, constant, build_s, forward_s, input_numel, output_numel, flops, largest.numel
+    )
+
+
+class _LargestAllocation(TorchDispatchMode):
+    """Records the element count of the largest tensor an op returns in fresh storage (views of an argument,
+    such as a weight's transpose, do not count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        given = {_storage(t) for t in _tensors([args, kwargs])}
+        for tensor in _tensors(out):
+            if _storage(tensor) not in given:
+                self.numel = max(self.numel, tensor.numel())
+        return out
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    """The address of a tensor's storage (None for a tensor without one, which then counts as fresh)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def meta_forward(task: types.ModuleType, *, forward: bool = True, count_flops: bool = False) -> MetaRun:

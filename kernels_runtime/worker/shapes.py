@@ -20,7 +20,8 @@ Smoke sizes: every scalable size above `FLOOR` is divided by one power-of-two fa
 divisibility survive) and batch sizes are capped at `SMOKE_BATCH`. The mildest factor whose meta-device estimate
 fits the element/parameter caps is tried first; the reference then really runs once on the CPU, its matmul/conv
 FLOPs counted. On an error or an empty/NaN output the search backs off (milder scaling); when the run is over
-budget (CPU time, or FLOPs over `MAX_FLOPS`, which an interpreted candidate pays for) it scales harder. Results
+budget (CPU time, FLOPs over `MAX_FLOPS` or a tensor of the forward over `MAX_INTERMEDIATE` elements, which
+an interpreted candidate pays for) it scales harder. Results
 are cached per source sha256 (a pure function of the source); candidate results are never cached here.
 """
 
@@ -66,9 +67,13 @@ MAX_ELEMENTS = 1 << 14  # input elements of a smoke variant (meta estimate): Tri
 MAX_PARAMS = 1 << 19  # a Linear's weight is what a hand-written GEMM tiles over, program by program
 MAX_FLOPS = 100_000_000  # matmul/conv FLOPs of a smoke variant: a hand-written Triton conv or GEMM pays
 # about 1 s per 2-3 MFLOP under the interpreter, so 1e8 keeps one evaluation of such a candidate near a minute
+MAX_INTERMEDIATE = MAX_ELEMENTS  # elements of the forward's largest tensor (CPU run): an interpreted kernel
+# pays per element of what it reads, an intermediate as much as an input, and an upsampling conv-transpose
+# multiplies the capped input (a looped GroupNorm over level2/60's 461k-element conv-transpose output took
+# 18 s a call, 377 s an evaluation)
 DEFAULT_BUDGET_S = 1.0
 # Part of the on-disk cache key of variant selections: raise it when the caps or the search change.
-SELECTION_VERSION = 4
+SELECTION_VERSION = 5
 _GIVE_UP_FACTOR = 10.0  # stop backing off after a failed step that took this many budgets
 _MAX_HARDER = 3  # CPU runs spent looking for a faster variant when the first valid one is over budget
 
@@ -308,9 +313,14 @@ def _search_ladder(
 
 
 def _over_budget(probe: refprobe.ProbeResult, budget_s: float) -> bool:
-    """Whether the reference takes longer than the budget on the CPU, or its FLOPs would make an interpreted
-    candidate slow (the reference's own CPU time says nothing of that: oneDNN runs a conv far faster)."""
-    return probe.forward_s + probe.build_s > budget_s or probe.flops > MAX_FLOPS
+    """Whether the reference takes longer than the budget on the CPU, or its FLOPs or its largest tensor
+    would make an interpreted candidate slow (the reference's own CPU time says nothing of that: oneDNN runs
+    a conv far faster than the interpreter runs any kernel)."""
+    return (
+        probe.forward_s + probe.build_s > budget_s
+        or probe.flops > MAX_FLOPS
+        or probe.largest_intermediate > MAX_INTERMEDIATE
+    )
 
 
 def _prefer_varying(chosen: int, run: Callable[[int], refprobe.ProbeResult], tryable: list[bool]) -> int:

@@ -228,3 +228,47 @@ def test_literals_that_cannot_shrink_leave_the_named_sizes_to_the_plain_search()
     assert isinstance(hidden, int) and 4096 * hidden <= shapes.MAX_PARAMS
     module = load_task_module(LITERAL_FLATTEN, "literal-flatten", spec.overrides)
     assert tuple(module.Model(*module.get_init_inputs())(*module.get_inputs()).shape) == (2, hidden)
+
+
+UPSAMPLING = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = torch.nn.functional.interpolate(x, scale_factor=4)
+        return torch.sigmoid(y).mean(dim=(2, 3))
+
+batch_size = 16
+channels = 4
+height = width = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, channels, height, width)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_large_intermediate_scales_the_smoke_variant_harder() -> None:
+    """The input fits the element cap, but the forward upsamples it 16-fold: the search keeps scaling until the
+    largest tensor of the forward fits too (an interpreted kernel over that tensor pays for each element)."""
+    from htam_graph.kernels_runtime.worker.refprobe import probe_cpu
+
+    spec = shapes.smoke_overrides(UPSAMPLING, name="upsampling")
+    probe = probe_cpu(UPSAMPLING, "upsampling", spec.overrides)
+    assert probe.ok and probe.input_numel <= shapes.MAX_ELEMENTS
+    assert probe.largest_intermediate <= shapes.MAX_INTERMEDIATE
+    without_cap = shapes.MAX_INTERMEDIATE
+    try:
+        shapes.MAX_INTERMEDIATE = 1 << 40
+        shapes.clear_cache()
+        loose = probe_cpu(
+            UPSAMPLING, "upsampling", shapes.smoke_overrides(UPSAMPLING, name="upsampling").overrides
+        )
+    finally:
+        shapes.MAX_INTERMEDIATE = without_cap
+    assert loose.largest_intermediate > shapes.MAX_INTERMEDIATE  # the cap is what shrank it
