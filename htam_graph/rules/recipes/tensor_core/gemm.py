@@ -3,13 +3,15 @@
 The kernel computes C = A @ B (+ bias over the last dim) with `tl.dot(..., input_precision="tf32x3")`: each
 fp32 operand is split into a TF32 high part and a residual, and hi*hi + hi*lo + lo*hi accumulate in fp32 on
 tensor cores, close to fp32 accuracy (the runtime still checks every result at the task's tolerance). On the
-H200 plain fp32 GEMMs run on the CUDA cores; the LLM study's 3xTF32 GEMMs ran 1.6-1.8x faster than cuBLAS's
-fp32 GEMM at 1e-4 (results/llm_study/README.md).
+H200 plain fp32 GEMMs run on the CUDA cores; this kernel ran 1.65x faster than cuBLAS's fp32 GEMM (geomean
+over the dev split's distinct GEMMs), with a smaller error against fp64
+(results/h200/rules_tensor_core_2026-12-02).
 
 Operands are read through their strides when they are K-major (A's rows and B's columns contiguous along
 K, as x and W.t() of nn.Linear are); other layouts are copied to K-major once. A batch axis covers bmm and
-batched matmul (stride 0 broadcasts a 2-D operand over the batch). When the output has fewer tiles than the
-GPU has SMs and K is long, K is split across programs and the partial products are summed.
+batched matmul (stride 0 broadcasts a 2-D operand over the batch). K is zero-padded to whole tiles. When the
+output has fewer tiles than the GPU has SMs and K is long, K is split across programs and the partial
+products are summed (tested on the CPU only: the dev split's one such GEMM stays on cuBLAS).
 """
 
 from __future__ import annotations
