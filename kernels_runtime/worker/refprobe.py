@@ -161,7 +161,7 @@ class _LargestAllocation(TorchDispatchMode):
     such as a weight's transpose, do not count)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is not annotated
         self.numel = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
