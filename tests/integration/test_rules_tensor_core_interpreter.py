@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from htam_graph.kernels_runtime.parent.corpus import shrink_task
 from htam_graph.kernels_runtime.static_checks import analyse as static_analyse
 from htam_graph.model import PrecisionPolicy, Task
 from htam_graph.rules import RulesGenerator
@@ -26,7 +27,9 @@ from htam_graph.rules.recipes.tensor_core.recipe import KEY, TensorCoreGemm
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
-rev = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]("recipe_evaluation")
+load_sibling = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
+rev = load_sibling("recipe_evaluation")
+composed_checks = load_sibling("composed_checks")
 
 LINEAR_CHAIN = """
 import torch
@@ -163,27 +166,6 @@ def launcher_cases(candidate: str, directory: Path) -> list[str]:
     return list(cases)
 
 
-def model_matches(task_source: str, candidate: str, directory: Path, sizes: dict[str, int]) -> float:
-    """The candidate's ModelNew against Model (same weights) at small sizes; returns the max abs error."""
-    namespace: dict[str, Any] = {}
-    exec(compile(task_source, "<task>", "exec"), namespace)  # noqa: S102 - this test's own module text
-    namespace.update(sizes)
-    module = import_candidate(candidate, directory)
-    init = namespace["get_init_inputs"]()
-    torch.manual_seed(0)
-    model = namespace["Model"](*init)
-    torch.manual_seed(0)
-    model_new = module.ModelNew(*init)
-    model_new.load_state_dict(model.state_dict())
-    torch.manual_seed(1)
-    inputs = namespace["get_inputs"]()
-    with torch.no_grad():
-        expected, got = model(*inputs), model_new(*inputs)
-    err = (got - expected).abs().max().item()
-    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4), f"max abs error {err}"
-    return err
-
-
 def emit(name: str) -> str:
     task = own_task(name)
     assert KEY in RulesGenerator().recipes_for(task)
@@ -202,9 +184,8 @@ def test_generated_file_matches_its_model(name: str, tmp_path: Path) -> None:
     report = static_analyse(source, PrecisionPolicy.FP32_STRICT, require_kernel=True)
     assert report.syntax_error is None and report.defines_model_new and report.violations == []
     assert 'input_precision="tf32x3"' in source and "tf32x3_matmul(" in source.split("def forward", 1)[1]
-    worst = isolated(
-        "model_matches", task_source=MODELS[name], candidate=source, directory=tmp_path, sizes=SMALL[name]
-    )
+    # the generated file reads every size at run time: it runs the model re-bound to small sizes
+    [worst] = composed_checks.run_checks([shrink_task(MODELS[name], SMALL[name])], [source], tmp_path)
     assert worst < 1e-3
 
 
