@@ -361,6 +361,7 @@ SIGNATURES: dict[str, Signature] = _signatures()
 
 # Keyword arguments that never change the value computed (in-place variants compute the same result).
 IGNORED_KWARGS = frozenset({"inplace", "_stacklevel"})
+GEMM_OPS = frozenset({"linear", "matmul", "mm", "bmm"})  # the library ops that are matrix products
 
 # nn.Module classes (by exact class name in torch.nn) -> (canonical op, attribute params read from the
 # module).

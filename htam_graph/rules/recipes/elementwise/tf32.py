@@ -14,14 +14,13 @@ from htam_graph.model import PrecisionPolicy
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView, header_line
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import Region
-from htam_graph.rules.ops import OpNode
+from htam_graph.rules.ops import GEMM_OPS, OpNode
 from htam_graph.rules.recipes.elementwise.library_epilogue import KEY as EPILOGUE_KEY
 from htam_graph.rules.recipes.elementwise.library_epilogue import LIBRARY_CALL_MARKS, LibraryEpilogue
 
 TF32_MATMUL = "precision.tf32_matmul"
 TF32_CONVOLUTION = "precision.tf32_convolution"
 
-_MATMUL_OPS = frozenset({"linear", "matmul", "mm", "bmm"})
 _SWITCH = {
     TF32_MATMUL: "torch.backends.cuda.matmul.allow_tf32",  # cuBLAS GEMMs
     TF32_CONVOLUTION: "torch.backends.cudnn.allow_tf32",  # cuDNN convolutions
@@ -51,7 +50,7 @@ class Tf32Library(PlannedRecipe[tuple[OpNode, Region, str]]):
                 f"and this run's policy is {view.precision_policy.value}"
             )
         op = view.graph.nodes[0].op if view.graph.nodes else ""
-        wanted = op in _MATMUL_OPS if self.key == TF32_MATMUL else _is_conv(op)
+        wanted = op in GEMM_OPS if self.key == TF32_MATMUL else _is_conv(op)
         if not wanted:
             family = "a matmul / linear" if self.key == TF32_MATMUL else "a convolution"
             raise NotApplicable(f"the forward does not start with {family} library op")

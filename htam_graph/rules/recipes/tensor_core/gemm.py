@@ -21,11 +21,10 @@ import math
 
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.compose.torch_calls import tensor_expr
-from htam_graph.rules.ops import Const, OpGraph, OpNode, Ref
+from htam_graph.rules.ops import GEMM_OPS, Const, OpGraph, OpNode, Ref
 
 __all__ = ["GEMM_KERNEL_SOURCE", "GEMM_LAUNCHER_SOURCE", "compute_bound", "gemm_call", "gemm_size"]
 
-GEMM_OPS = frozenset({"linear", "matmul", "mm", "bmm"})
 # Below this many multiply-adds the GEMM is launch- or memory-bound: cuBLAS stays.
 MIN_MACS = 2**26
 MIN_SIDE = 64  # M and N at least this: thinner products (matrix-vector) are memory-bound
