@@ -100,7 +100,6 @@ def main() -> None:
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    device = torch.device("cuda")
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, fp32, TF32 off for cuBLAS")
     with tempfile.TemporaryDirectory() as tmp:
         module = launcher(args.kb, Path(tmp))
@@ -121,24 +120,7 @@ def main() -> None:
                 print(f"| {task} | {op} | same GEMM as {seen[key]} | | " + " | " * len(configs) + " | |")
                 continue
             seen[key] = task
-            a, b = operands(op, size)
-            exact = torch.matmul(a.double(), b.double())
-            cublas = torch.matmul(a, b)
-            fns = {"cublas": lambda a=a, b=b: torch.matmul(a, b)}
-            errors = [(cublas - exact).abs().max().item()]
-            ok = []
-            for name, config in zip(names, configs, strict=True):
-                try:
-                    got = _with_tiles(module, default_tiles, config, a, b)
-                except (
-                    triton.runtime.errors.OutOfResources
-                ):  # the tiles need more shared memory than there is
-                    continue
-                errors.append((got - exact).abs().max().item())
-                ok.append(bool(torch.allclose(got, cublas, rtol=1e-4, atol=1e-4)))
-                fns[name] = lambda a=a, b=b, c=config: _with_tiles(module, default_tiles, c, a, b)
-            timings = timing_protocol.time_interleaved(fns, device, runs=20, warmup=3)
-            us = {n: statistics.median(v) for n, v in timings.samples_us.items()}
+            us, errors, ok = measure(module, default_tiles, dict(zip(names, configs, strict=True)), op, size)
             best = min(us, key=lambda n: us[n])
             speedups.append(us["cublas"] / us[names[0]])
             cells = " | ".join(
@@ -148,12 +130,38 @@ def main() -> None:
             dims = "x".join(map(str, size))
             err = f"{errors[0]:.1e} / {max(errors[1:]):.1e}"
             print(f"| {task} | {op} | {dims} | {us['cublas']:,.1f} | {cells} | {best} | {all(ok)} | {err} |")
-            del a, b, exact, cublas
             torch.cuda.empty_cache()
         geo = statistics.geometric_mean(speedups) if speedups else float("nan")
         print(
             f"\ngeomean speed-up of the file's own choice over cuBLAS fp32: {geo:.3f}x over {len(speedups)} GEMMs"
         )
+
+
+def measure(
+    module: ModuleType,
+    default_tiles: object,
+    configs: dict[str, tuple[int, int, int, int, int] | None],
+    op: str,
+    size: tuple[int, int, int, int],
+) -> tuple[dict[str, float], list[float], list[bool]]:
+    """Median µs of cuBLAS and of each configuration that fits in shared memory (by name), the max abs errors
+    against an fp64 product (cuBLAS first), and whether each configuration is allclose to cuBLAS at 1e-4."""
+    a, b = operands(op, size)
+    exact = torch.matmul(a.double(), b.double())
+    cublas = torch.matmul(a, b)
+    fns = {"cublas": lambda: torch.matmul(a, b)}
+    errors = [(cublas - exact).abs().max().item()]
+    ok = []
+    for name, config in configs.items():
+        try:
+            got = _with_tiles(module, default_tiles, config, a, b)
+        except triton.runtime.errors.OutOfResources:  # the tiles need more shared memory than there is
+            continue
+        errors.append((got - exact).abs().max().item())
+        ok.append(bool(torch.allclose(got, cublas, rtol=1e-4, atol=1e-4)))
+        fns[name] = lambda c=config: _with_tiles(module, default_tiles, c, a, b)
+    timings = timing_protocol.time_interleaved(fns, torch.device("cuda"), runs=20, warmup=3)
+    return {n: statistics.median(v) for n, v in timings.samples_us.items()}, errors, ok
 
 
 def _with_tiles(
