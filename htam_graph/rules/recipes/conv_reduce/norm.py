@@ -15,7 +15,7 @@ from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.codegen.triton_math import emit_op
 from htam_graph.rules.ops import Ref
 from htam_graph.rules.recipes.conv_reduce.plan import ConvReducePlan
-from htam_graph.rules.recipes.reduce.statistics import COMBINES
+from htam_graph.rules.recipes.reduce.statistics import COMBINES, lane_merge
 
 __all__ = ["WELFORD_COMBINE", "stats_kernel_source", "stats_finish_source", "stats_launcher_source"]
 
@@ -48,7 +48,7 @@ def $name(
         delta = v - mean
         mean += tl.where(mask, delta / tl.maximum(cnt, 1.0), 0.0)
         m2 += tl.where(mask, delta * (v - mean), 0.0)
-    mean, m2, cnt = tl.reduce((mean, m2, cnt), 0, _combine_welford)
+    $merge
     tl.store(pmean_ptr + g * n_split + split, mean)
     tl.store(pm2_ptr + g * n_split + split, m2)
     tl.store(pcnt_ptr + g * n_split + split, cnt)
@@ -73,7 +73,12 @@ def stats_kernel_source(plan: ConvReducePlan, name: str) -> tuple[str, set[str]]
     params = ["y_ptr", "pmean_ptr", "pm2_ptr", "pcnt_ptr", "n_red", "row_len", "row_stride", "group_stride"]
     params += ["per_split", "n_split", *(s.arg for s in plan.scalars), "BLOCK: tl.constexpr"]
     text = template.fill(
-        _STATS_KERNEL, name=name, params=[f"{p}," for p in params], chain=chain, value=vars_[source.name]
+        _STATS_KERNEL,
+        name=name,
+        params=[f"{p}," for p in params],
+        chain=chain,
+        value=vars_[source.name],
+        merge=lane_merge("welford", "mean, m2, cnt"),
     )
     return text, helpers
 

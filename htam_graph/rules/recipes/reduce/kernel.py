@@ -34,7 +34,7 @@ from htam_graph.rules.recipes.reduce.rows import (
     rows_kernel,
     uses_rows_kernel,
 )
-from htam_graph.rules.recipes.reduce.statistics import COMBINES, STAT_OF, STATES, UPDATES
+from htam_graph.rules.recipes.reduce.statistics import COMBINES, STAT_OF, STATES, UPDATES, lane_merge
 
 __all__ = ["KernelSource", "reduction_source"]
 
@@ -178,7 +178,8 @@ for r0 in range(r_start, r_end, BLOCK_R):
     $body
     v = $value
     $update
-$states = tl.reduce(($states), 0, _combine_$stat)  # merge the BLOCK_R lanes of each column
+# merge the BLOCK_R lanes of each column
+$merge
 """
 
 
@@ -197,8 +198,7 @@ def _fold_loop(plan: ReducePlan, stat: str, full_leaves: list[Leaf], helpers: se
         body=body,
         value=value,
         update=UPDATES[stat],
-        states=", ".join(s for s, _, _ in states),
-        stat=stat,
+        merge=lane_merge(stat, ", ".join(s for s, _, _ in states)),
     )
 
 
