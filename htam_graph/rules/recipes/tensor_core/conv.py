@@ -133,9 +133,12 @@ def tf32x3_conv_kernel(
 CONV_LAUNCHER_SOURCE = '''\
 def conv_tiles(m: int, c_out: int, c_in: int, k: int) -> tuple[int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the conv kernel for M output pixels, C_out
-    channels and K = taps x C_in. BLOCK_K divides C_in where it can (one tap per K tile)."""
-    block_k = next((b for b in (64, 32, 16) if c_in % b == 0), 32)
+    channels and K = taps x C_in. BLOCK_K divides C_in where it can (one tap per K tile). 64-wide K tiles
+    only with 128-wide N tiles: on the H200 a 64x3x3 -> 64 conv ran 0.85x of cuDNN with 128x64x64 tiles and
+    1.38x with 128x64x32 (results/h200/rules_tensor_core_conv_2026-12-02/conv_table.md)."""
     block_n = 128 if c_out >= 128 else 64 if c_out > 32 else 32 if c_out > 16 else 16
+    widths = (64, 32, 16) if block_n >= 128 else (32, 16)
+    block_k = next((b for b in widths if c_in % b == 0), 32)
     return 128, block_n, block_k, 8 if block_n >= 128 else 4, 3
 
 
