@@ -3,7 +3,8 @@
 Each program owns one `outer` index and BLOCK_I consecutive `inner` columns and walks the reduced extent in
 [BLOCK_R, BLOCK_I] tiles (inner == 1: one contiguous row, BLOCK_I == 1; inner > 1: coalesced columns). Loop 1
 evaluates the prologue per element and folds it into a per-lane state (sum, product, max/min, (value, index),
-Welford (mean, M2, count), online (max, sum of exp)); the lanes are merged with the state's combine function.
+Welford (mean, M2, count), online (max, sum of exp)); the lanes are merged by `statistics.lane_merge`
+(tl.sum / tl.max / tl.min where the state allows, else tl.reduce with the state's combine function).
 Reduce mode applies the epilogue to the per-column result and stores it; normalise mode runs loop 2 over the
 same tiles, recomputes the prologue and writes the normalised / combined values.
 
