@@ -12,7 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GpuFacts", "InputSpec", "KernelTime", "NcuSummary"]
+__all__ = ["SOL_MARGIN", "GpuFacts", "InputSpec", "KernelTime", "NcuSummary"]
+
+# A candidate timed below this fraction of its speed-of-light floor (`GpuFacts.sol_us`) is rejected as a
+# timing that cannot be real (kernels_runtime/worker/sol.py). The margin absorbs the gap between the measured
+# copy rate the byte floor uses (reads and writes) and what a kernel that mostly reads can stream.
+SOL_MARGIN = 0.9
 
 
 class _Frozen(BaseModel):

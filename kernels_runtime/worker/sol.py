@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from htam_graph.devicefacts import SOL_MARGIN
 from htam_graph.model import PrecisionPolicy
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "SOL_MARGIN",
 ]
 
-SOL_MARGIN = 0.9
 CONV_FLOP_DISCOUNT = 4.0
 
 
