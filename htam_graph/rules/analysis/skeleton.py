@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from htam_graph.rules.base import NotApplicable, cached_by_source
 
-__all__ = ["ModelSkeleton", "model_skeleton"]
+__all__ = ["ModelSkeleton", "check_zero_padding_mode", "model_skeleton"]
 
 _STANDARD_IMPORTS = ("import torch", "import torch.nn as nn", "import triton", "import triton.language as tl")
 
@@ -56,6 +56,18 @@ def model_skeleton(source: str) -> ModelSkeleton:
         raise NotApplicable("Model.forward takes *args/**kwargs or keyword-only arguments")
     forward_args = _forward_args(forward)
     return ModelSkeleton(_merge_imports(imports), init_source, forward_args, ast.unparse(forward))
+
+
+def check_zero_padding_mode(init_source: str) -> None:
+    """padding_mode is not in the analysed graph: any padding_mode other than a literal 'zeros' in __init__
+    raises NotApplicable (the conv kernels write zero padding only)."""
+    tree = ast.parse("if True:\n" + init_source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "padding_mode":
+            if not (isinstance(node.value, ast.Constant) and node.value.value == "zeros"):
+                raise NotApplicable(
+                    f"padding_mode={ast.unparse(node.value)} in __init__: only zero padding is written"
+                )
 
 
 def _forward_args(forward: ast.FunctionDef) -> tuple[str, ...]:

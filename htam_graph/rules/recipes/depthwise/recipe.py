@@ -12,9 +12,9 @@ conv parameters are read from the module (or the call) at every forward, never c
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 
+from htam_graph.rules.analysis.skeleton import check_zero_padding_mode
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen.conv_epilogue import epilogue_region
 from htam_graph.rules.codegen.fused_elementwise import Region
@@ -97,7 +97,7 @@ class DepthwiseConvDirect(PlannedRecipe[DepthwisePlan]):
         """Split the forward; raises NotApplicable with the reason."""
         graph = view.graph
         conv = _depthwise_conv(graph)
-        _check_padding_mode(view.skeleton.init_source)
+        check_zero_padding_mode(view.skeleton.init_source)
         rest = graph.nodes[1:]
         n_ew = next((i for i, n in enumerate(rest) if n.kind is not OpKind.ELEMENTWISE), len(rest))
         epilogue, tail = rest[:n_ew], rest[n_ew:]
@@ -152,17 +152,6 @@ def _depthwise_conv(graph: OpGraph) -> OpNode:
     if taps > MAX_TAPS:
         raise NotApplicable(f"{conv.op}: {taps} taps per output (more than {MAX_TAPS} are not unrolled)")
     return conv
-
-
-def _check_padding_mode(init_source: str) -> None:
-    """padding_mode is not in the analysed graph: any padding_mode other than a literal 'zeros' rejects."""
-    tree = ast.parse("if True:\n" + init_source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "padding_mode":
-            if not (isinstance(node.value, ast.Constant) and node.value.value == "zeros"):
-                raise NotApplicable(
-                    f"padding_mode={ast.unparse(node.value)} in __init__: only zero padding is written"
-                )
 
 
 def _epilogue(

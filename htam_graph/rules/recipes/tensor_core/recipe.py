@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from htam_graph.rules.analysis.skeleton import check_zero_padding_mode
 from htam_graph.rules.base import KernelConfig, NotApplicable, PlannedRecipe, TaskView
 from htam_graph.rules.codegen.model_file import render_file
 from htam_graph.rules.compose import ComposedPlan, composed_parts, plan_composed, probe_composed
@@ -20,7 +21,6 @@ from htam_graph.rules.compose.partition import TorchStage
 from htam_graph.rules.compose.torch_calls import StageCall, torch_call
 from htam_graph.rules.ops import OpGraph, OpNode
 from htam_graph.rules.recipes.depthwise.codegen import CONV_GEOMETRY_SOURCE
-from htam_graph.rules.recipes.depthwise.recipe import _check_padding_mode
 from htam_graph.rules.recipes.tensor_core.conv import (
     CONV_KERNEL_SOURCE,
     CONV_LAUNCHER_SOURCE,
@@ -68,7 +68,7 @@ def _stage_call(view: TaskView) -> StageCall:
 
 def _zero_padding_only(view: TaskView) -> bool:
     try:
-        _check_padding_mode(view.skeleton.init_source)
+        check_zero_padding_mode(view.skeleton.init_source)
     except NotApplicable:
         return False
     return True
