@@ -1,6 +1,7 @@
 """The per-statistic tables of the tiled reduction kernel: each statistic's state components (name, initial
-value, dtype), the lane update that folds one element `v` into them, and the combine function that merges two
-states (used across the BLOCK_R lanes, and across the split programs' partial states)."""
+value, dtype), the lane update that folds one element `v` into them, the merge of a tile's lanes
+(`lane_merge`), and the combine function that merges two states (across the split programs' partial states,
+and across the lanes of a statistic without a built-in merge)."""
 
 from __future__ import annotations
 
