@@ -47,6 +47,26 @@ def child_code(module_file: str | Path, function: str) -> str:
     )
 
 
+def run_compile_child(module_file: str | Path, function: str, kwargs: dict[str, Any]) -> Any:
+    """`function(**kwargs)` of the module at `module_file` in a child without TRITON_INTERPRET (triton.compile
+    cannot run under it), Triton's cache in `directory`/cache; kwargs as for `run_isolated`."""
+    directory = Path(kwargs["directory"])
+    args = directory / "compile_args.json"
+    args.write_text(json.dumps({**kwargs, "directory": str(directory)}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {"TRITON_DEFAULT_FP_FUSION": "1", "TRITON_CACHE_DIR": str(directory / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", child_code(module_file, function), str(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-STDERR_TAIL:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def interpreter_on_since_start() -> bool:
     """Whether this process was started with TRITON_INTERPRET=1 (its initial environment, /proc/self/environ)
     and still has it: then Triton, whenever it was imported here, was imported with the interpreter on."""

@@ -10,11 +10,7 @@ Compilation runs in a child process without TRITON_INTERPRET (triton.compile can
 from __future__ import annotations
 
 import ast
-import json
-import os
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +21,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes import default_recipes
 
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
+run_compile_child = runpy.run_path(str(Path(__file__).with_name("interp_child.py")))["run_compile_child"]
 KB = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
 KEY = "library_offload.channels_last_conv"
 CASES = [
@@ -36,7 +33,7 @@ _CONSTEXPRS = {"BLOCK_S": 64, "BLOCK_C": 32}
 _ALIGNED = ("C", "S")  # ints Triton sees as multiples of 16 at the default sizes
 
 
-def compile_variants(generated: str, directory: str) -> list[dict[str, Any]]:
+def compile_variants(generated: str, directory: Path) -> list[dict[str, Any]]:
     """Compile every kernel of `generated` for sm_90, channels-last and NCHW, int32 and int64 offsets."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -102,28 +99,9 @@ def test_layout_kernels_compile_for_sm90(rel: str, tmp_path: Path) -> None:
     source = (KB / rel).read_text(encoding="utf-8")
     task = Task(key=rel, suite="kernelbench", level=None, name=rel, source=source, source_sha256="0" * 64)
     generated = default_recipes()[KEY].emit(task_view(task), default_recipes()[KEY].default_config)  # type: ignore[arg-type]
-    args = tmp_path / "compile_args.json"
-    args.write_text(json.dumps({"generated": generated, "directory": str(tmp_path)}), encoding="utf-8")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('rules_cl_compile_child', {str(Path(__file__))!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
-        "print(json.dumps(module.compile_variants(**kwargs)))\n"
+    results = run_compile_child(
+        Path(__file__), "compile_variants", {"generated": generated, "directory": tmp_path}
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env |= {"TRITON_DEFAULT_FP_FUSION": "1", "TRITON_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(results) == 4
     assert all(r["entry"] and r["cubin"] for r in results)
     for r in results:

@@ -13,11 +13,7 @@ rounding: benchmarks/tensor_core_conv.py measures that on the GPU.
 
 from __future__ import annotations
 
-import json
-import os
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +28,7 @@ from htam_graph.rules.generator import task_view
 from htam_graph.rules.recipes.tensor_core.recipe import KEY, TensorCoreGemm
 
 INTERP_CHILD = Path(__file__).with_name("interp_child.py")
+run_compile_child = runpy.run_path(str(INTERP_CHILD))["run_compile_child"]
 import_candidate = runpy.run_path(str(Path(__file__).with_name("candidate_import.py")))["import_candidate"]
 load_sibling = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
 rev = load_sibling("recipe_evaluation")
@@ -337,34 +334,8 @@ def _nvidia_backend() -> bool:
 
 @pytest.mark.skipif(not _nvidia_backend(), reason="this triton has no NVIDIA backend")
 def test_the_conv_kernel_compiles_for_sm90_into_tensor_core_instructions(tmp_path: Path) -> None:
-    args = tmp_path / "compile_args.json"
-    args.write_text(
-        json.dumps({"candidate": emit(own_task("plain")), "directory": str(tmp_path)}), encoding="utf-8"
-    )
-    code = (
-        "import importlib.util, json, sys\n"
-        "from pathlib import Path\n"
-        f"spec = importlib.util.spec_from_file_location('tc_conv_compile_child', {str(Path(__file__))!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        "kwargs = json.loads(open(sys.argv[1], encoding='utf-8').read())\n"
-        "kwargs['directory'] = Path(kwargs['directory'])\n"
-        "print(json.dumps(module.compile_for_sm90(**kwargs)))\n"
-    )
-    env = {
-        k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"
-    }  # triton.compile cannot run under it
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    kwargs = {"candidate": emit(own_task("plain")), "directory": tmp_path}
+    results = run_compile_child(Path(__file__), "compile_for_sm90", kwargs)
     assert set(results) == set(SM90_VARIANTS)
     for name, result in results.items():
         assert result["entry"] and result["wgmma_tf32"] > 0, (name, result)
