@@ -55,8 +55,16 @@ def run_compile_child(module_file: str | Path, function: str, kwargs: dict[str, 
     args.write_text(json.dumps({**kwargs, "directory": str(directory)}), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env |= {"TRITON_DEFAULT_FP_FUSION": "1", "TRITON_CACHE_DIR": str(directory / "cache")}
+    return _child_result(module_file, function, args, env, [])
+
+
+def _child_result(
+    module_file: str | Path, function: str, args: Path, env: dict[str, str], flags: list[str]
+) -> Any:
+    """Run `child_code` in a fresh Python with `env` and interpreter `flags`; its JSON result, or an
+    AssertionError with the tail of its stderr when it fails."""
     done = subprocess.run(
-        [sys.executable, "-c", child_code(module_file, function), str(args)],
+        [sys.executable, *flags, "-c", child_code(module_file, function), str(args)],
         env=env,
         capture_output=True,
         text=True,
@@ -133,13 +141,5 @@ def run_isolated(
     if in_process:
         return _call_in_process(module_file, function, args, runtime_warnings_are_errors)
     warning_flags = ["-W", "error::RuntimeWarning"] if runtime_warnings_are_errors else []
-    done = subprocess.run(
-        [sys.executable, *warning_flags, "-c", child_code(module_file, function), str(args)],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-STDERR_TAIL:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return _child_result(module_file, function, args, env, warning_flags)
