@@ -1,6 +1,6 @@
 """Summarise an LLM study's runs in flight (the bench folder of `scripts/device_llm_round.sh`) as markdown.
 
-    python scripts/llm_study_summary.py STUDY_BENCH_DIR [--rules RESULTS.jsonl ...] [--price IN,OUT]
+    python scripts/llm_study_summary.py STUDY_BENCH_DIR [--rules RESULTS.jsonl ...] [--price IN,OUT] [--steps N]
 
 Reads every `runs/<task>/<policy>/seed_<n>/trajectory.json` (the steps evaluated so far) and applies the
 report's definitions (htam_graph/report/metrics.py) to each run's best step so far: the fastest correct step
@@ -8,6 +8,8 @@ over eager, or the reference (1.0x over eager; ref_compile / ref_eager over torc
 step beat eager. A run still in flight has not been confirmed on fresh seeds yet: its numbers are interim.
 `--rules` adds the rules backend's bench rows for the same tasks. Token counts are estimated from the
 characters of every request and reply (4 characters per token), priced at `--price` USD per million.
+`--steps N` counts only each run's first N steps, to compare two arms at the same number of steps (the cost
+line still counts every exchange).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ CORRECT = {"correct", "improved"}
 
 def main() -> None:
     args = _parse()
-    runs = [_run(p) for p in sorted(args.bench.glob("runs/*/*/seed_*/trajectory.json"))]
+    runs = [_run(p, args.steps) for p in sorted(args.bench.glob("runs/*/*/seed_*/trajectory.json"))]
     rules = _rules_rows(args.rules, {r["task"] for r in runs})
     print(_table(runs, rules))
     print()
@@ -38,11 +40,12 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("bench", type=Path)
     parser.add_argument("--rules", type=Path, nargs="*", default=[])
     parser.add_argument("--price", default="3,15", help="USD per million input,output tokens")
+    parser.add_argument("--steps", type=int, default=None, help="count only each run's first N steps")
     return parser.parse_args()
 
 
-def _run(path: Path) -> dict[str, Any]:
-    steps = json.loads(path.read_text(encoding="utf-8"))
+def _run(path: Path, max_steps: int | None) -> dict[str, Any]:
+    steps = json.loads(path.read_text(encoding="utf-8"))[:max_steps]
     task = path.parts[-4].replace("__", "/")
     evals = [s.get("eval") or {} for s in steps]
     correct = [(s, e) for s, e in zip(steps, evals, strict=True) if s["status"] in CORRECT]
