@@ -33,7 +33,8 @@ _PRECISION_RULES = {
     PrecisionPolicy.FP32_STRICT: (
         "Precision policy fp32-strict: compute and accumulate in fp32. No fp16/bf16 casts, no TF32 "
         '(in Triton pass `input_precision="ieee"` to `tl.dot`, or `"tf32x3"`: the error-compensated 3xTF32 '
-        "that keeps fp32 accuracy on tensor cores; in CUDA use fp32 FMA, not TF32 tensor-core paths), no "
+        'that keeps fp32 accuracy on tensor cores; a plain `"tf32"` dot is rejected, also on operands split by '
+        "hand into hi/lo parts; in CUDA use fp32 FMA, not TF32 tensor-core paths), no "
         "approximate math that changes results beyond the tolerance."
     ),
     PrecisionPolicy.TF32: (

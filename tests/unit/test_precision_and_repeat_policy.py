@@ -14,8 +14,16 @@ import re
 
 from htam_graph.kernels_runtime.static_checks import analyse
 from htam_graph.llm.prompts import render_prompt
-from htam_graph.model import GenerationRequest, GlobalDirection, Language, PrecisionPolicy, Task
+from htam_graph.model import (
+    GenerationRequest,
+    GlobalDirection,
+    Language,
+    LocalWithEvidence,
+    PrecisionPolicy,
+    Task,
+)
 from htam_graph.seed import load_seed
+from htam_graph.state import memory_context
 
 GEMM = """import torch
 import torch.nn as nn
@@ -60,6 +68,7 @@ def test_the_prompt_names_exactly_the_dot_precisions_fp32_strict_accepts() -> No
         assert f'"{precision}"' in system
     assert any("tl.dot" in v for v in _dot_violations(""))  # the TF32 default is rejected
     assert any("tl.dot" in v for v in _dot_violations(', input_precision="tf32"'))
+    assert 'a plain `"tf32"` dot is rejected, also on operands split by hand' in system
 
 
 def test_the_prompt_states_the_repeat_check_the_harness_applies() -> None:
@@ -82,9 +91,24 @@ def test_no_seed_strategy_offers_float_atomics_without_saying_they_fail() -> Non
 
 def test_the_seed_says_to_write_3xtf32_as_tf32x3_not_as_a_hand_split() -> None:
     """The study's stand-in read the 3xTF32 strategy's description of the split as a recipe and summed hi/lo
-    parts with plain TF32 dots, which the static check rejects: the text now points at `tf32x3` instead."""
-    seed = load_seed()
-    [loc] = [loc for loc in seed.locals if loc.key == "compute_efficiency.tensor_core_fp32_emulation"]
-    pattern = " ".join(loc.pattern.split())
+    parts with plain TF32 dots, which the static check rejects: the text points at `tf32x3` instead."""
+    pattern = " ".join(_emulation().strategy.pattern.split())
     assert 'input_precision="tf32x3"' in pattern
-    assert "do not split by hand" in pattern
+    assert "never with a hand-made hi/lo split" in pattern
+
+
+def test_a_strategy_shown_in_one_sentence_keeps_its_warning() -> None:
+    """A strategy offered beside the chosen one is shown by its first sentence only. In the prompt-v2 arm two
+    stand-ins took the 3xTF32 strategy from that one sentence, which described the hand split, and wrote it:
+    the sentence itself now names `tf32x3` and forbids the split, also a split made once per call."""
+    chosen = LocalWithEvidence(strategy=load_seed().locals[0])
+    text = memory_context(chosen, [], alternatives=[_emulation()], gpu_arch="sm_90")
+    [line] = [ln for ln in text.splitlines() if ln.startswith("- `compute_efficiency.tensor_core_fp32_emulation`")]
+    assert 'input_precision="tf32x3"' in line
+    assert "never with a hand-made hi/lo split" in line
+    assert "also when the operands were split once per call" in line
+
+
+def _emulation() -> LocalWithEvidence:
+    [loc] = [loc for loc in load_seed().locals if loc.key == "compute_efficiency.tensor_core_fp32_emulation"]
+    return LocalWithEvidence(strategy=loc)
