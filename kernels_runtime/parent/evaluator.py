@@ -1,7 +1,8 @@
 """`SubprocessEvaluator`: the `Evaluator` port, one fresh child process per candidate (evaluation.md pitfall 19).
 
 The caller never runs candidate code. Each evaluation spawns `python -m htam_graph.kernels_runtime.worker` in its
-own session/process group with the request on stdin; the verdict comes back through a result file (stdout is the
+own session/process group with the request on stdin (a CPU evaluation forks the same worker from a template that
+has imported torch already, templates.py); the verdict comes back through a result file (stdout is the
 candidate's). A hard per-request timeout kills the whole group (`os.killpg`), so hangs, segfaults, CUDA faults
 and OOM kills cost one attempt and come back classified:
 
@@ -36,6 +37,12 @@ from pydantic import ValidationError
 from htam_graph.devicefacts import GpuFacts
 from htam_graph.kernels_runtime import diskcache
 from htam_graph.kernels_runtime.parent import ncu
+from htam_graph.kernels_runtime.parent.templates import (
+    ForkedWorker,
+    TemplateError,
+    WorkerProcess,
+    template_for,
+)
 from htam_graph.kernels_runtime.paths import extension_dir
 from htam_graph.kernels_runtime.precheck import precheck
 from htam_graph.kernels_runtime.recorder import tolerances
@@ -278,7 +285,7 @@ class SubprocessEvaluator:
             results.extend(self._one_worker(requests[len(results) :], mode))
         return results
 
-    def _spawn(self, run: WorkerRun, requests: list[EvalRequest], mode: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, run: WorkerRun, requests: list[EvalRequest], mode: str) -> WorkerProcess:
         env = self._env(requests[0].device)
         env["HTAM_RESULT_PATH"] = str(run.result)
         env["HTAM_PROGRESS_PATH"] = str(run.progress)
@@ -289,6 +296,9 @@ class SubprocessEvaluator:
         payload = json.dumps(
             {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
         )
+        forked = self._fork(run, payload, env) if requests[0].device == "cpu" else None
+        if forked is not None:
+            return forked
         with open(run.stdout, "wb") as so, open(run.stderr, "wb") as se:
             proc = subprocess.Popen(
                 [self.python, "-m", "htam_graph.kernels_runtime.worker"],
@@ -301,6 +311,20 @@ class SubprocessEvaluator:
         except BrokenPipeError:
             pass  # the worker died at once; reported from its exit status below
         return proc
+
+    def _fork(self, run: WorkerRun, payload: str, env: dict[str, str]) -> ForkedWorker | None:
+        """A CPU worker forked from a template that has imported torch already (templates.py); None: spawn it."""
+        if self.python != sys.executable:
+            return None  # a custom interpreter (a wrapper script) is always spawned as given
+        files = {"stdout": run.stdout, "stderr": run.stderr, "exit": run.dir / "exit_code"}
+        for _ in range(2):  # a template that died is closed by the failed fork and replaced by the second try
+            try:
+                template = template_for(self.python, env)
+                return template.fork(payload, env, run.dir, files) if template is not None else None
+            except (TemplateError, OSError) as e:
+                failure = e
+        log.warning("forking a worker failed (%s); spawning it fresh", failure)
+        return None
 
     def _one_worker(self, requests: list[EvalRequest], mode: str) -> list[Any]:
         """Run one worker until it finishes or is lost; return results for a prefix of `requests` (≥ 1)."""
@@ -320,7 +344,7 @@ class SubprocessEvaluator:
                 shutil.rmtree(run.dir, ignore_errors=True)
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], run: WorkerRun, requests: list[EvalRequest], started: float
+        self, proc: WorkerProcess, run: WorkerRun, requests: list[EvalRequest], started: float
     ) -> list[Any]:
         # `used`: the current request's time outside waits for the GPU; the clock pauses (not restarts) in a wait.
         current, used, last = 0, 0.0, started
@@ -428,7 +452,7 @@ def _with_tail(run: WorkerRun) -> str:
     return f"\n--- worker output (tail) ---\n{tail}" if tail else ""
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: WorkerProcess) -> None:
     """SIGKILL the worker's whole process group (its compile subprocesses too), then reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

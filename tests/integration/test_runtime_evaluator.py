@@ -15,6 +15,7 @@ import pytest
 from htam_graph.kernels_runtime.parent.corpus import CPU_TEST_SIZES, shrink_task
 from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
+from htam_graph.kernels_runtime.parent.templates import release_templates, template_pids
 from htam_graph.model import ErrorKind, EvalRequest, Language
 
 load_sibling = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"]
@@ -248,6 +249,10 @@ def test_no_worker_processes_left_behind(
         result = done.result()
     assert result.error_kind is ErrorKind.TIMEOUT, result.error_excerpt
     assert seen, "the spinning worker was never seen: the leftover check would prove nothing"
+    # A CPU worker is forked from a template that carries the marker too (templates.py): it alone may stay, and
+    # it goes when released.
+    assert set(processes_with_env(marker)) <= template_pids()
+    release_templates()
     assert processes_with_env(marker) == []
 
 

@@ -103,7 +103,9 @@ def test_a_strategy_shown_in_one_sentence_keeps_its_warning() -> None:
     the sentence itself now names `tf32x3` and forbids the split, also a split made once per call."""
     chosen = LocalWithEvidence(strategy=load_seed().locals[0])
     text = memory_context(chosen, [], alternatives=[_emulation()], gpu_arch="sm_90")
-    [line] = [ln for ln in text.splitlines() if ln.startswith("- `compute_efficiency.tensor_core_fp32_emulation`")]
+    [line] = [
+        ln for ln in text.splitlines() if ln.startswith("- `compute_efficiency.tensor_core_fp32_emulation`")
+    ]
     assert 'input_precision="tf32x3"' in line
     assert "never with a hand-made hi/lo split" in line
     assert "also when the operands were split once per call" in line
