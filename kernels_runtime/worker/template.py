@@ -59,10 +59,14 @@ def _child(order: dict[str, Any]) -> NoReturn:
 
 
 def _write_exit(path: str, code: int) -> None:
+    """Report a reaped child's exit code; its run folder may be gone already (the evaluator stopped waiting)."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(str(code))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(str(code))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _reap(children: dict[int, str]) -> None:

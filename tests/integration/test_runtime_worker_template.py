@@ -16,6 +16,7 @@ import pytest
 from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
 from htam_graph.kernels_runtime.parent.reference import reference_as_candidate
 from htam_graph.kernels_runtime.parent.templates import release_templates, template_pids
+from htam_graph.kernels_runtime.worker.template import _write_exit
 from htam_graph.model import EvalRequest
 
 # The reference track runs the task's own code, so the task can report on the process it runs in.
@@ -114,3 +115,10 @@ def test_templates_switched_off_spawn_every_worker_fresh(
     _evaluate(tmp_path)
     assert template_pids() == set()
     assert _probes(_fresh)[0]["ppid"] == os.getpid()
+
+
+def test_the_template_outlives_a_run_folder_removed_before_its_worker_ended(tmp_path: Path) -> None:
+    """The evaluator stops waiting for a killed worker after 10 s and removes its folder; the template reaps the
+    worker later and must go on serving (its report has nowhere to go)."""
+    _write_exit(str(tmp_path / "gone" / "exit_code"), -9)
+    assert not (tmp_path / "gone").exists()
