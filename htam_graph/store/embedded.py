@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from htam_graph.errors import EmbeddedServerError
+from htam_graph.procs import pid_exists
 
 log = logging.getLogger(__name__)
 
@@ -355,18 +356,8 @@ def _reap(pid: int) -> bool:
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return not _exists(pid)
+        return not pid_exists(pid)
     return done == pid
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _alive(pid: int) -> bool:
@@ -380,7 +371,7 @@ def _alive(pid: int) -> bool:
         except (OSError, IndexError):
             return False
         return state not in {"Z", "X"}
-    return _exists(pid)
+    return pid_exists(pid)
 
 
 def _wait_exit(pid: int, timeout_s: float) -> bool:

@@ -25,6 +25,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 
+from htam_graph.procs import pid_exists
+
 __all__ = [
     "ForkedWorker",
     "PER_RUN_ENV",
@@ -78,7 +80,7 @@ class ForkedWorker:
         if self.returncode is None:
             if self.exit_path.exists():
                 self.returncode = int(self.exit_path.read_text(encoding="utf-8"))
-            elif not self.template.alive() and not _exists(self.pid):
+            elif not self.template.alive() and not pid_exists(self.pid):
                 self.returncode = -signal.SIGKILL  # lost with its template, which can no longer report it
         return self.returncode
 
@@ -198,13 +200,3 @@ def _close_idle(templates: list[WorkerTemplate]) -> None:
     for template in [t for t in templates if not t.busy()]:
         template.close()
         templates.remove(template)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
