@@ -7,7 +7,8 @@ worker keeps a fresh interpreter of its own (its import is a small part of a GPU
 
 Templates are shared by every evaluator of this process and keyed by the Python executable and the worker
 environment (without the per-run paths and pytest's name of the running test), so the imports a forked worker
-inherits ran under the environment a spawned worker would have had; the worker itself gets the exact one. At most `_KEEP` templates live at once (the least recently used one is stopped);
+inherits ran under the environment a spawned worker would have had; the worker itself gets the exact one. At most
+`_KEEP` templates live at once (the least recently used one is stopped once its workers have ended);
 `release_templates()` stops them all, and they stop themselves when this process ends (their stdin closes).
 `HTAM_WORKER_TEMPLATE=0` turns them off: every worker is then spawned fresh.
 """
