@@ -286,17 +286,12 @@ class SubprocessEvaluator:
         return results
 
     def _spawn(self, run: WorkerRun, requests: list[EvalRequest], mode: str) -> WorkerProcess:
-        env = self._env(requests[0].device)
-        env["HTAM_RESULT_PATH"] = str(run.result)
-        env["HTAM_PROGRESS_PATH"] = str(run.progress)
-        env["HTAM_EXT_ROOT"] = str(self.cache_dir / "torch_extensions")
-        env[VARIANT_CACHE_ENV] = os.environ.get(VARIANT_CACHE_ENV) or str(self.cache_dir / "variants")
-        env["HTAM_SOL_CACHE"] = str(self.cache_dir / "sol")
-        env["HTAM_FACTS_CACHE"] = str(self.cache_dir / "facts")
+        base = self._env(requests[0].device)
+        env = base | self._paths_env(run)
         payload = json.dumps(
             {"nonce": run.nonce, "mode": mode, "requests": [r.model_dump(mode="json") for r in requests]}
         )
-        forked = self._fork(run, payload, env) if requests[0].device == "cpu" else None
+        forked = self._fork(run, payload, base, env) if requests[0].device == "cpu" else None
         if forked is not None:
             return forked
         with open(run.stdout, "wb") as so, open(run.stderr, "wb") as se:
@@ -312,14 +307,28 @@ class SubprocessEvaluator:
             pass  # the worker died at once; reported from its exit status below
         return proc
 
-    def _fork(self, run: WorkerRun, payload: str, env: dict[str, str]) -> ForkedWorker | None:
-        """A CPU worker forked from a template that has imported torch already (templates.py); None: spawn it."""
+    def _paths_env(self, run: WorkerRun) -> dict[str, str]:
+        """The worker's files and this evaluator's caches; the worker takes them out of its environment."""
+        return {
+            "HTAM_RESULT_PATH": str(run.result),
+            "HTAM_PROGRESS_PATH": str(run.progress),
+            "HTAM_EXT_ROOT": str(self.cache_dir / "torch_extensions"),
+            VARIANT_CACHE_ENV: os.environ.get(VARIANT_CACHE_ENV) or str(self.cache_dir / "variants"),
+            "HTAM_SOL_CACHE": str(self.cache_dir / "sol"),
+            "HTAM_FACTS_CACHE": str(self.cache_dir / "facts"),
+        }
+
+    def _fork(
+        self, run: WorkerRun, payload: str, base: dict[str, str], env: dict[str, str]
+    ) -> ForkedWorker | None:
+        """A CPU worker forked from a template that has imported torch already (templates.py), the template
+        keyed by `base` (the environment without the worker's paths); None: spawn it."""
         if self.python != sys.executable:
             return None  # a custom interpreter (a wrapper script) is always spawned as given
         files = {"stdout": run.stdout, "stderr": run.stderr, "exit": run.dir / "exit_code"}
         for _ in range(2):  # a template that died is closed by the failed fork and replaced by the second try
             try:
-                template = template_for(self.python, env)
+                template = template_for(self.python, base)
                 return template.fork(payload, env, run.dir, files) if template is not None else None
             except (TemplateError, OSError) as e:
                 failure = e

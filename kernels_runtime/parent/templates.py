@@ -6,7 +6,7 @@ new process in its own session that runs one request list and exits. Templates s
 worker keeps a fresh interpreter of its own (its import is a small part of a GPU evaluation).
 
 Templates are shared by every evaluator of this process and keyed by the Python executable and the worker
-environment (without the per-run paths and pytest's name of the running test), so the imports a forked worker
+environment without the worker's paths (and pytest's name of the running test), so the imports a forked worker
 inherits ran under the environment a spawned worker would have had; the worker itself gets the exact one. At most
 `_KEEP` templates live at once (the least recently used one is stopped once its workers have ended);
 `release_templates()` stops them all, and they stop themselves when this process ends (their stdin closes).
@@ -30,7 +30,6 @@ from htam_graph.procs import pid_exists
 
 __all__ = [
     "ForkedWorker",
-    "PER_RUN_ENV",
     "TemplateError",
     "WorkerProcess",
     "WorkerTemplate",
@@ -39,13 +38,8 @@ __all__ = [
     "template_pids",
 ]
 
-# Set per worker by the evaluator: not part of a template's key, given to each forked worker.
-PER_RUN_ENV = frozenset(
-    {"HTAM_RESULT_PATH", "HTAM_PROGRESS_PATH", "HTAM_EXT_ROOT", "HTAM_VARIANT_CACHE", "HTAM_SOL_CACHE",
-     "HTAM_FACTS_CACHE"}
-)  # fmt: skip
-# Not part of a template's key either: pytest names the running test in it, which no import reads.
-_NOT_KEYED = PER_RUN_ENV | {"PYTEST_CURRENT_TEST"}
+# Not part of a template's key: pytest names the running test in it, which no import reads.
+_NOT_KEYED = frozenset({"PYTEST_CURRENT_TEST"})
 SWITCH_ENV = "HTAM_WORKER_TEMPLATE"
 _KEEP = 2
 _START_TIMEOUT_S = 180.0
@@ -114,8 +108,11 @@ class WorkerTemplate:
 
     def busy(self) -> bool:
         """Some worker forked from this template is still running."""
-        self._workers = [w for w in self._workers if w.poll() is None]
+        self._workers = self._running()
         return bool(self._workers)
+
+    def _running(self) -> list[ForkedWorker]:
+        return [w for w in self._workers if w.poll() is None]
 
     def fork(self, payload: str, env: dict[str, str], cwd: Path, files: dict[str, Path]) -> ForkedWorker:
         """Fork a worker that runs `payload` in `cwd` with `env`; `files`: its stdout, stderr and exit paths."""
@@ -134,7 +131,9 @@ class WorkerTemplate:
             self.close()
             raise TemplateError("the worker template did not fork")
         worker = ForkedWorker(answer["pid"], files["exit"], self)
-        self._workers.append(worker)
+        self._workers = [w for w in self._workers if w.poll() is None] + [
+            worker
+        ]  # keeps the running ones only
         return worker
 
     def close(self) -> None:
@@ -161,12 +160,11 @@ _retiring: list[WorkerTemplate] = []  # evicted while a worker forked from it st
 _registry_lock = threading.Lock()
 
 
-def template_for(python: str, env: dict[str, str]) -> WorkerTemplate | None:
-    """The live template for `python` and `env` (its per-run keys ignored), started on first use; None when
-    templates are switched off."""
+def template_for(python: str, base: dict[str, str]) -> WorkerTemplate | None:
+    """The live template for `python` and `base` (the workers' environment without their paths), started on
+    first use; None when templates are switched off."""
     if os.environ.get(SWITCH_ENV, "1") == "0":
         return None
-    base = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
     key = (python, *sorted(f"{k}={v}" for k, v in base.items() if k not in _NOT_KEYED))
     with _registry_lock:
         _close_idle(_retiring)
