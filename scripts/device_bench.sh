@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run (or resume) a bench on the GPU machine and pack what it wrote into $OUT (which returns at most 8 files).
 #   bash scripts/device_bench.sh NAME WALL_S -- <htam-graph bench arguments without --out>
-# The bench folder and the embedded graph's home live in .devcarry/NAME (carry `.devcarry` back in the next call
-# to resume: results.jsonl makes the bench resumable, the graph home keeps the memory it learned).
+# The bench folder and the embedded graph's home live in .devcarry/NAME. To resume, put the returned NAME.tgz at
+# .devcarry/NAME.tgz and carry that file (packed, it stays under the 64 MiB carry limit where the folder and the
+# wheels may not): it is unpacked first. results.jsonl makes the bench resumable, the graph home keeps the memory
+# it learned.
 set -u
 name=$1; wall_s=$2; shift 3
 [ -d /tmp/site/htam_graph ] || . scripts/device_setup.sh
@@ -10,6 +12,7 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH KB=$PWD/tests/data/kernelbe
 R=$PWD
 export HTAM_HOME=$R/.devcarry/$name/home
 mkdir -p $R/.devcarry/$name
+if [ -f $R/.devcarry/$name.tgz ]; then tar xzf $R/.devcarry/$name.tgz -C $R/.devcarry; fi
 cd /tmp  # the checkout's own htam_graph/ folder must not shadow the installed package in worker processes
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 start=$(date +%s)
