@@ -49,11 +49,11 @@ def _runs(bench: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any] | None
         for line in results.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                finished[f"{row['task']}|{row['policy']}|{row['seed']}"] = row
+                # keyed as the run's folder is named (RunFiles: the task key with "/" as "__")
+                finished[f"{row['task'].replace('/', '__')}|{row['policy']}|{row['seed']}"] = row
     out = []
     for path in sorted(bench.glob("runs/*/*/seed_*/trajectory.json")):
-        task = path.parents[2].name.replace("__", "/")
-        key = f"{task}|{path.parents[1].name}|{path.parent.name.removeprefix('seed_')}"
+        key = f"{path.parents[2].name}|{path.parents[1].name}|{path.parent.name.removeprefix('seed_')}"
         out.append((json.loads(path.read_text(encoding="utf-8")), finished.get(key)))
     return out
 

@@ -41,26 +41,28 @@ def bench(tmp_path: Path) -> Path:
     _run(tmp_path, "kb/level1/b", [_eval(20.0, "4.000 in 1 waits", "correctness 6.0")],
          {"wall_s": 100.0, "resumed_after_steps": 2})  # fmt: skip
     _run(tmp_path, "kb/level1/c", [_eval(5.0, "", "correctness 1.0")], None)  # cut mid-way
+    # a task file whose name holds "__" (KernelBench's level1/50): its folder name does not map back by "/"
+    _run(tmp_path, "kb/level1/d__square", [_eval(2.0, "", "correctness 1.0")], {"wall_s": 3.0})
     return tmp_path
 
 
 def test_rows_come_from_every_evaluation_record(bench: Path) -> None:
     rows = bench_time["bench_rows"](bench)
-    assert sorted(rows["wall"]) == [5.0, 10.0, 20.0, 30.0]
-    assert sorted(rows["queued"]) == [0.0, 0.0, 4.0, 20.0]
-    assert sorted(rows["wall - queued"]) == [5.0, 10.0, 10.0, 16.0]
-    assert sorted(rows["phase: correctness"]) == [1.0, 2.0, 4.0, 6.0]
+    assert sorted(rows["wall"]) == [2.0, 5.0, 10.0, 20.0, 30.0]
+    assert sorted(rows["queued"]) == [0.0, 0.0, 0.0, 4.0, 20.0]
+    assert sorted(rows["wall - queued"]) == [2.0, 5.0, 10.0, 10.0, 16.0]
+    assert sorted(rows["phase: correctness"]) == [1.0, 1.0, 2.0, 4.0, 6.0]
     assert sorted(rows["phase: timing"]) == [3.0, 5.0]
     assert "phase: correctness.trials" not in rows  # a sub-phase is part of its phase
-    # Only run a (finished, not resumed): 50 s of run wall, 40 s of it in evaluations.
-    assert rows["run wall - evaluations"] == [10.0]
+    # Runs a and d (finished, not resumed): 50 s of run wall with 40 s of evaluations, 3 s with 2 s.
+    assert rows["run wall - evaluations"] == [10.0, 1.0]
 
 
 def test_table_has_count_median_mean_and_sum(bench: Path) -> None:
     text = bench_time["table"](bench_time["bench_rows"](bench))
-    assert "| wall | 4 | 15.0 | 16.2 | 65 |" in text
-    assert "| queued | 4 | 2.0 | 6.0 | 24 |" in text
-    assert "| run wall - evaluations | 1 | 10.0 | 10.0 | 10 |" in text
+    assert "| wall | 5 | 10.0 | 13.4 | 67 |" in text
+    assert "| queued | 5 | 0.0 | 4.8 | 24 |" in text
+    assert "| run wall - evaluations | 2 | 5.5 | 5.5 | 11 |" in text
 
 
 def test_a_folder_without_records_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
