@@ -1,11 +1,13 @@
-"""Where a bench's time went: per evaluation, the worker's phases and the waits for the GPU lock.
+"""Where a bench's time went: per evaluation, the worker's phases and its waits to be admitted to the GPU.
 
     python benchmarks/bench_time.py BENCH_DIR [BENCH_DIR ...]
 
 Reads every step's evaluation record in `BENCH_DIR/runs/*/*/seed_*/trajectory.json` (no GPU needed, so it runs on
 a bench copied back from the device machine) and prints one Markdown table per folder:
 - `wall`: the evaluation as the parent saw it (worker start to result);
-- `queued`: waiting for the GPU lock (memory budget, shared or exclusive), from the worker's `queued_s`;
+- `queued`: waiting for the GPU (memory budget, turnstile, shared or exclusive lock), the worker's `queued_s`;
+  `queued: memory` / `shared` / `timing`: the same split by what was waited for (records that have the split;
+  `n` counts the evaluations that waited for that kind);
 - `wall - queued`: the evaluation's own work, spawn and imports included;
 - one row per top-level phase of `phase_s` (a phase's time includes the waits inside it);
 - `run wall - evaluations`: per run, what the loop spent outside its evaluations (generation, the memory, the
@@ -22,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_rows", "main", "parse_phases", "table"]
+__all__ = ["bench_rows", "main", "parse_phases", "parse_queued", "table"]
 
 
 def parse_phases(text: str) -> dict[str, float]:
@@ -35,10 +37,16 @@ def parse_phases(text: str) -> dict[str, float]:
     return out
 
 
-def _queued(text: str) -> float:
-    """`queued_s` ("info: 21.890 in 6 waits") in seconds; 0 when the worker never waited."""
-    words = text.removeprefix("info: ").split()
-    return float(words[0]) if words else 0.0
+def parse_queued(text: str) -> tuple[float, dict[str, float]]:
+    """`queued_s` ("info: 21.890 in 6 waits: memory 10.100, timing 11.790") as (total s, {kind: s}); (0, {})
+    when the worker never waited. Records written before the kinds were kept have the total only."""
+    total, _, kinds = text.removeprefix("info: ").partition(":")
+    words = total.split()
+    by_kind = {}
+    for part in filter(None, (p.strip() for p in kinds.split(","))):
+        name, _, value = part.rpartition(" ")
+        by_kind[name] = float(value)
+    return (float(words[0]) if words else 0.0), by_kind
 
 
 def _runs(bench: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any] | None]]:
@@ -65,9 +73,11 @@ def bench_rows(bench: Path) -> dict[str, list[float]]:
         evals = [s["eval"] for s in steps if isinstance(s.get("eval"), dict) and s["eval"].get("wall_s")]
         for e in evals:
             checks = e.get("checks") or {}
-            queued = _queued(checks.get("queued_s", ""))
+            queued, by_kind = parse_queued(checks.get("queued_s", ""))
             rows["wall"].append(e["wall_s"])
             rows["queued"].append(queued)
+            for kind, seconds in by_kind.items():
+                rows[f"queued: {kind}"].append(seconds)
             rows["wall - queued"].append(e["wall_s"] - queued)
             for name, seconds in parse_phases(checks.get("phase_s", "")).items():
                 rows[f"phase: {name}"].append(seconds)

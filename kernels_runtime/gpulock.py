@@ -26,7 +26,8 @@ reservation while holding the shared lock, and the shared lock is released befor
 When `HTAM_GPU_LOCK_DIR` is unset (a single `htam-graph run`), everything here is a no-op.
 
 Waiting here is not the candidate's time. Every wait (for the memory budget, the turnstile, the shared or the
-exclusive lock) is announced to the listener installed with `wait_listener` ("queued" before, "admitted" after);
+exclusive lock) is announced to the listener installed with `wait_listener` ("queued" before, "admitted" after,
+each with what it waits for: "memory", "shared" or "timing");
 the worker forwards these to its progress file and the evaluator stops the request's timeout clock between them.
 On a shared H200 a "timing" phase can wait over a minute for the exclusive lock around a timed loop of under
 1 s; on the candidate's clock such waits would time out honest candidates.
@@ -63,12 +64,14 @@ DEFAULT_TURNSTILE_HOLD_S = 10.0
 _REOPEN_S = 0.5  # how long a timer leaves the turnstile open for waiting shared users before closing it again
 _POLL_S = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-_listener: Callable[[str], None] | None = None  # told "queued" / "admitted" around every wait (wait_listener)
+# told (event, kind) around every wait (wait_listener): event "queued" / "admitted", kind what it waits for
+_listener: Callable[[str, str], None] | None = None
 
 
 @contextlib.contextmanager
-def wait_listener(listener: Callable[[str], None]) -> Iterator[None]:
-    """Within the block, `listener("queued")` / `listener("admitted")` bracket every wait for this GPU."""
+def wait_listener(listener: Callable[[str, str], None]) -> Iterator[None]:
+    """Within the block, `listener("queued", kind)` / `listener("admitted", kind)` bracket every wait for this
+    GPU; kind is "memory" (the budget), "shared" (device work) or "timing" (the exclusive lock)."""
     global _listener
     previous, _listener = _listener, listener
     try:
@@ -78,15 +81,15 @@ def wait_listener(listener: Callable[[str], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _waiting() -> Iterator[None]:
+def _waiting(kind: str) -> Iterator[None]:
     listener = _listener
     if listener is not None:
-        listener("queued")
+        listener("queued", kind)
     try:
         yield
     finally:
         if listener is not None:
-            listener("admitted")
+            listener("admitted", kind)
 
 
 def _physical_id(device_index: int) -> str:
@@ -130,7 +133,7 @@ def _through_turnstile(device_index: int, mode: int) -> Iterator[None]:
     if path is None or turn is None:
         yield
         return
-    with _waiting():
+    with _waiting("timing" if mode == fcntl.LOCK_EX else "shared"):
         if mode == fcntl.LOCK_EX:
             fd = _enter_exclusive(path, turn)
         else:
@@ -184,7 +187,7 @@ def memory_budget(device_index: int, need_bytes: int, budget_bytes: int | None =
     ledger = lock.with_suffix(".json")
     budget = _budget_bytes(device_index) if budget_bytes is None else budget_bytes
     me = str(os.getpid())
-    with _waiting():
+    with _waiting("memory"):
         while True:
             with _flock(lock, fcntl.LOCK_EX):
                 held = _live(_read(ledger))

@@ -136,14 +136,14 @@ def test_every_wait_for_the_gpu_is_announced_to_the_listener(
     must bracket their wait, and the listener is only installed inside `wait_listener`."""
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    events: list[str] = []
-    with gpulock.wait_listener(events.append):
+    events: list[tuple[str, str]] = []
+    with gpulock.wait_listener(lambda event, kind: events.append((event, kind))):
         with gpulock.memory_budget(0, 10, budget_bytes=100):
-            assert events == ["queued", "admitted"]
+            assert events == [("queued", "memory"), ("admitted", "memory")]
             with gpulock.shared_use(0):
-                assert events[2:] == ["queued", "admitted"]
+                assert events[2:] == [("queued", "shared"), ("admitted", "shared")]
             with gpulock.timing_lock(0):
-                assert events[4:] == ["queued", "admitted"]
+                assert events[4:] == [("queued", "timing"), ("admitted", "timing")]
     with gpulock.shared_use(0):
         pass
     assert len(events) == 6  # no listener outside the block
@@ -168,7 +168,7 @@ def test_a_blocked_timer_reports_queued_until_it_gets_the_gpu(
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "in"
     stamps: list[tuple[str, float]] = []
-    with gpulock.wait_listener(lambda event: stamps.append((event, time.monotonic()))):
+    with gpulock.wait_listener(lambda event, _kind: stamps.append((event, time.monotonic()))):
         with gpulock.timing_lock(0):
             inside = time.monotonic()
     holder.wait(timeout=30)

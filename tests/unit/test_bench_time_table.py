@@ -34,11 +34,12 @@ def _run(bench: Path, task: str, steps: list[dict[str, Any] | None], result: dic
 @pytest.fixture
 def bench(tmp_path: Path) -> Path:
     _run(tmp_path, "kb/level1/a", [
-        _eval(30.0, "20.000 in 3 waits", "variants 0.5, correctness 4.0, correctness.trials 3.0, timing 5.0"),
+        _eval(30.0, "20.000 in 3 waits: memory 12.000, timing 8.000",
+              "variants 0.5, correctness 4.0, correctness.trials 3.0, timing 5.0"),
         _eval(10.0, "", "variants 0.5, correctness 2.0, timing 3.0"),
         None,  # a step whose candidate never reached the evaluator
     ], {"wall_s": 50.0})  # fmt: skip
-    _run(tmp_path, "kb/level1/b", [_eval(20.0, "4.000 in 1 waits", "correctness 6.0")],
+    _run(tmp_path, "kb/level1/b", [_eval(20.0, "4.000 in 1 waits", "correctness 6.0")],  # no split (older)
          {"wall_s": 100.0, "resumed_after_steps": 2})  # fmt: skip
     _run(tmp_path, "kb/level1/c", [_eval(5.0, "", "correctness 1.0")], None)  # cut mid-way
     # a task file whose name holds "__" (KernelBench's level1/50): its folder name does not map back by "/"
@@ -51,6 +52,7 @@ def test_rows_come_from_every_evaluation_record(bench: Path) -> None:
     assert sorted(rows["wall"]) == [2.0, 5.0, 10.0, 20.0, 30.0]
     assert sorted(rows["queued"]) == [0.0, 0.0, 0.0, 4.0, 20.0]
     assert sorted(rows["wall - queued"]) == [2.0, 5.0, 10.0, 10.0, 16.0]
+    assert rows["queued: memory"] == [12.0] and rows["queued: timing"] == [8.0]
     assert sorted(rows["phase: correctness"]) == [1.0, 1.0, 2.0, 4.0, 6.0]
     assert sorted(rows["phase: timing"]) == [3.0, 5.0]
     assert "phase: correctness.trials" not in rows  # a sub-phase is part of its phase
