@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from htam_graph.report import load, metrics, plots, render
+from htam_graph.report import load, metrics, plots, render, shared_runs
 from htam_graph.report.writer import header_items, precision_warnings, rounded, warnings_for, write_table
 
 if TYPE_CHECKING:
@@ -99,7 +99,10 @@ def write_compare(bench_dirs: Sequence[Path], out: Path) -> Path:
                         rounded(part.drop(columns="level")).set_index(["bench", "policy"]),
                     )
                 )
-    steps, reach, common = _step_comparison(benches)
+    arms = shared_runs.arms_of(benches)
+    keys = shared_runs.shared_keys(arms)
+    sections += _shared_sections(benches, arms, keys, tracks, out, warnings)
+    steps, reach, common = _step_comparison(arms)
     write_table(steps, out, "compare_steps")
     write_table(reach, out, "compare_reach")
     figures = []
@@ -159,30 +162,58 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     )
 
 
-def _step_comparison(benches: Sequence[load.Bench]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def _shared_sections(
+    benches: Sequence[load.Bench],
+    arms: Sequence[shared_runs.Arm],
+    keys: set[tuple[str, int]],
+    tracks: list[str],
+    out: Path,
+    warnings: list[str],
+) -> list[tuple[str, pd.DataFrame]]:
+    """When the arms ran different runs: the overall table again on the runs they share (compare_shared.*),
+    and a warning. Always: the shared runs whose arms differ beyond noise (compare_tasks.*)."""
+    sections = []
+    if len(arms) > 1 and any(len(a.bench.runs) > len(keys) for a in arms):
+        warnings.append(
+            f"the arms ran different runs ({', '.join(f'{a.label}: {len(a.bench.runs)}' for a in arms)}); "
+            f"the overall and per-level tables are each over their own runs, the tables below over the "
+            f"{len(keys)} runs every arm has"
+        )
+        table = compare_table([shared_runs.restricted(b, keys) for b in benches])
+        write_table(table, out, "compare_shared")
+        for track in tracks:
+            part = table[table["precision_policy"] == track].drop(columns="level")
+            title = f"all levels, on the {len(keys)} runs every arm has, precision policy {track}"
+            sections.append((title, rounded(part).set_index(["bench", "policy"])))
+    differences = shared_runs.task_differences(arms, keys)
+    write_table(differences, out, "compare_tasks")
+    if len(arms) > 1:
+        title = (
+            f"shared runs whose returned kernels differ by more than {shared_runs.NOISE:.0%} over eager "
+            f"({len(differences)} of {len(keys)}; smaller per-task differences are within bench noise)"
+        )
+        sections.append((title, rounded(differences).set_index(["task", "seed"])))
+    return sections
+
+
+def _step_comparison(arms: Sequence[shared_runs.Arm]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Best-by-step curves (columns arm, step, geomean_best_x) and the reach table over the (task, seed) runs
-    every arm has, and how many runs that is. Each precision track of a bench is its own arm."""
+    every arm has, and how many runs that is."""
     import pandas as pd
 
-    horizon = max((int(b.steps["step"].max()) for b in benches if len(b.steps)), default=0)
-    arms: dict[str, dict[tuple[str, int], list[float]]] = {}
-    for bench in benches:
-        tracks = metrics.precision_tracks(bench.runs) if "precision_policy" in bench.runs else [None]
-        for track in tracks:
-            runs = bench.runs if track is None else bench.runs[bench.runs["precision_policy"] == track]
-            sub = load.Bench(bench.path, bench.name, bench.config, runs, bench.steps)
-            for (task, policy, seed), curve in metrics.run_curves(sub, horizon=horizon).items():
-                suffix = "" if track in (None, metrics.STRICT) else f" / {track}"
-                label = f"{bench.name} / {policy}{suffix}"
-                arms.setdefault(label, {})[(task, seed)] = curve
-    if not arms:
+    horizon = max((int(a.bench.steps["step"].max()) for a in arms if len(a.bench.steps)), default=0)
+    curves_of: dict[str, dict[tuple[str, int], list[float]]] = {}
+    for arm in arms:
+        for (task, _policy, seed), curve in metrics.run_curves(arm.bench, horizon=horizon).items():
+            curves_of.setdefault(arm.label, {})[(task, seed)] = curve
+    if not curves_of:
         return pd.DataFrame(columns=["arm", "step", "geomean_best_x"]), metrics.reach_table({}), 0
-    common = set.intersection(*(set(c) for c in arms.values()))
+    common = set.intersection(*(set(c) for c in curves_of.values()))
     rows = [
         {"arm": arm, "step": t, "geomean_best_x": metrics.geomean([curves[run][t] for run in common])}
-        for arm, curves in arms.items()
+        for arm, curves in curves_of.items()
         for t in range(horizon + 1)
         if common
     ]
     steps = pd.DataFrame(rows, columns=["arm", "step", "geomean_best_x"])
-    return steps, metrics.reach_table(arms), len(common)
+    return steps, metrics.reach_table(curves_of), len(common)

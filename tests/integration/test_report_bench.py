@@ -300,6 +300,58 @@ def test_compare_steps_levels_and_who_reaches_the_best_first(tmp_path: Path) -> 
     assert "geomean over the 3 shared runs" in md and "level 2, precision policy fp32-strict" in md
 
 
+def test_compare_of_arms_with_different_runs_adds_the_shared_table_and_the_differences(
+    tmp_path: Path,
+) -> None:
+    """A bench cut part-way beside a finished one: the overall tables stay over each arm's own runs (with a
+    warning), compare_shared.* is over the runs both have, and compare_tasks.* lists the shared runs whose
+    returned kernels differ by more than 20 %, with the step and strategy each came from."""
+    alpha = make_bench(tmp_path / "alpha", [
+        run(A, "htam", 0, 100, 75, 50, best_step=2, traj=TRAJ),  # 2.0x from step 2 (vectorized loads)
+        run(B, "htam", 0, 300, 100, 100, best_step=3, traj=_traj(1.2, 1.2, 3.0)),  # 3.0x
+        run(C, "htam", 0, 400, 200, 100, best_step=1, traj=_traj(4.0)),  # only alpha has C
+        run(D, "htam", 0, 400, 200, None),  # the reference
+    ])  # fmt: skip
+    beta = make_bench(tmp_path / "beta", [
+        run(A, "random", 0, 100, 75, 100 / 1.1, best_step=1, traj=_traj(1.1)),  # 1.1x: 2.0 / 1.1 > 1.2
+        run(B, "random", 0, 300, 100, 110, best_step=1, traj=_traj(300 / 110)),  # 2.73x: within 20 % of 3.0
+        run(D, "random", 0, None, None, None, status="error", correct_steps=0),  # failed: eager is kept
+    ])  # fmt: skip
+    out = tmp_path / "cmp"
+    result = invoke("report", str(alpha), str(beta), "--out", str(out))
+    assert result.exit_code == 0, result.output
+
+    overall = {r["bench"]: r for r in records(out / "compare.json")}
+    assert overall["alpha"]["tasks"] == 4 and overall["beta"]["tasks"] == 3
+    shared = {r["bench"]: r for r in records(out / "compare_shared.json")}
+    assert shared["alpha"]["tasks"] == shared["beta"]["tasks"] == 3
+    assert shared["alpha"]["geomean_eager_x"] == pytest.approx((2.0 * 3.0 * 1.0) ** (1 / 3))
+    assert shared["beta"]["geomean_eager_x"] == pytest.approx((1.1 * 300 / 110 * 1.0) ** (1 / 3))
+
+    differences = records(out / "compare_tasks.json")
+    assert [(r["task"], r["seed"]) for r in differences] == [(A, 0)]
+    (only,) = differences
+    assert only["ratio"] == pytest.approx(2.0 / 1.1)
+    assert only["alpha / htam"] == pytest.approx(2.0) and only["beta / random"] == pytest.approx(1.1)
+    assert only["alpha / htam: from"] == "step 2: memory_access.vectorized_loads"
+    assert only["beta / random: from"] == "step 1: fusion.elementwise_chain"
+
+    md = (out / "compare.md").read_text(encoding="utf-8")
+    assert "the arms ran different runs (alpha / htam: 4, beta / random: 3)" in md
+    assert "all levels, on the 3 runs every arm has" in md and "(1 of 3;" in md
+
+
+def test_compare_of_arms_with_the_same_runs_has_no_shared_table(tmp_path: Path) -> None:
+    rows = [r for r in ROWS if r["policy"] == "random"]
+    first, second = make_bench(tmp_path / "first", rows), make_bench(tmp_path / "second", rows)
+    out = tmp_path / "cmp"
+    result = invoke("report", str(first), str(second), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert not (out / "compare_shared.json").exists()
+    assert records(out / "compare_tasks.json") == []  # the same kernels: no difference
+    assert "the arms ran different runs" not in (out / "compare.md").read_text(encoding="utf-8")
+
+
 def test_reach_counts_an_arm_that_never_gets_there() -> None:
     from htam_graph.report.metrics import reach_table
 
