@@ -24,17 +24,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_rows", "main", "parse_phases", "parse_queued", "table"]
+from htam_graph.bench.job import run_dir_name
+from htam_graph.kernels_runtime.recorder import phase_seconds
 
-
-def parse_phases(text: str) -> dict[str, float]:
-    """`phase_s` ("info: variants 0.2, correctness 3.1, ...") as {phase: seconds}, top-level phases only."""
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.removeprefix("info: ").split(","))):
-        name, _, value = part.rpartition(" ")
-        if "." not in name:
-            out[name] = float(value)
-    return out
+__all__ = ["bench_rows", "main", "parse_queued", "table"]
 
 
 def parse_queued(text: str) -> tuple[float, dict[str, float]]:
@@ -51,19 +44,18 @@ def parse_queued(text: str) -> tuple[float, dict[str, float]]:
 
 def _runs(bench: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any] | None]]:
     """(trajectory rows, the run's results.jsonl row or None) per run folder."""
-    finished: dict[str, dict[str, Any]] = {}
+    finished: dict[Path, dict[str, Any]] = {}
     results = bench / "results.jsonl"
     if results.is_file():
         for line in results.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                # keyed as the run's folder is named (RunFiles: the task key with "/" as "__")
-                finished[f"{row['task'].replace('/', '__')}|{row['policy']}|{row['seed']}"] = row
-    out = []
-    for path in sorted(bench.glob("runs/*/*/seed_*/trajectory.json")):
-        key = f"{path.parents[2].name}|{path.parents[1].name}|{path.parent.name.removeprefix('seed_')}"
-        out.append((json.loads(path.read_text(encoding="utf-8")), finished.get(key)))
-    return out
+                finished[run_dir_name(row["task"], row["policy"], int(row["seed"]))] = row
+    runs = bench / "runs"
+    return [
+        (json.loads(path.read_text(encoding="utf-8")), finished.get(path.parent.relative_to(runs)))
+        for path in sorted(runs.glob("*/*/seed_*/trajectory.json"))
+    ]
 
 
 def bench_rows(bench: Path) -> dict[str, list[float]]:
@@ -79,8 +71,9 @@ def bench_rows(bench: Path) -> dict[str, list[float]]:
             for kind, seconds in by_kind.items():
                 rows[f"queued: {kind}"].append(seconds)
             rows["wall - queued"].append(e["wall_s"] - queued)
-            for name, seconds in parse_phases(checks.get("phase_s", "")).items():
-                rows[f"phase: {name}"].append(seconds)
+            for name, seconds in phase_seconds(checks).items():
+                if "." not in name:  # "a.b" is a part of phase "a"
+                    rows[f"phase: {name}"].append(seconds)
         if result is not None and not result.get("resumed_after_steps") and result.get("wall_s"):
             rows["run wall - evaluations"].append(result["wall_s"] - sum(e["wall_s"] for e in evals))
     return dict(rows)

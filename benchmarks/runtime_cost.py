@@ -17,22 +17,14 @@ from pathlib import Path
 
 from htam_graph.kernels_runtime.parent.corpus import candidate_task
 from htam_graph.kernels_runtime.parent.evaluator import SubprocessEvaluator
-from htam_graph.model import EvalRequest, EvalResult
+from htam_graph.kernels_runtime.recorder import phase_seconds
+from htam_graph.model import EvalRequest
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = {
     "triton": REPO / "tests/data/candidates/triton_tanh.py",
     "cuda": REPO / "tests/data/candidates/cuda_tanh.py",
 }
-
-
-def _phases(result: EvalResult) -> dict[str, float]:
-    text = result.checks.get("phase_s", "").removeprefix("info: ")
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.rpartition(" ")
-        out[name] = float(value)
-    return out
 
 
 def main() -> None:
@@ -58,7 +50,7 @@ def main() -> None:
                 req = EvalRequest(task_key=task, task_source=task_source, candidate_source=source, device=args.device,
                                   shape=shape, trials=5, extra_shapes=1, timing_runs=20, measure_baselines=False)  # fmt: skip
                 r = ev.evaluate(req)
-                ph = _phases(r)
+                ph = phase_seconds(r.checks)
                 worker = sum(v for k, v in ph.items() if "." not in k)  # "a.b" are parts of phase "a"
                 rows.append((lang, state, r, ph, (r.wall_s or 0.0) - worker))
     print(f"{'candidate':<8} {'cache':<5} {'verdict':<22} {'wall s':>7} {'spawn s':>8} {'compile s':>9} "

@@ -6,7 +6,7 @@ from typing import Any
 
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult, PrecisionPolicy
 
-__all__ = ["ALL_CHECKS", "Recorder", "tolerances"]
+__all__ = ["ALL_CHECKS", "Recorder", "phase_seconds", "tolerances"]
 
 # Every named defence, in pipeline order. A check the pipeline did not reach is recorded as skipped, so a
 # result always says which defences stood behind it.
@@ -107,3 +107,15 @@ class Recorder:
         ordered = {name: self.checks[name] for name in ALL_CHECKS}
         ordered.update({k: v for k, v in self.checks.items() if k not in ordered})  # info entries last
         return EvalResult(**self.fields, checks=ordered)
+
+
+def phase_seconds(checks: dict[str, str]) -> dict[str, float]:
+    """A result's `phase_s` info entry ("info: variants 0.2, correctness 3.1, correctness.trials 2.0, ...",
+    written by the worker's harness) as {phase: seconds}; a name "a.b" is a part of phase "a"."""
+    out = {}
+    for part in filter(
+        None, (p.strip() for p in checks.get("phase_s", "").removeprefix("info: ").split(","))
+    ):
+        name, _, value = part.rpartition(" ")
+        out[name] = float(value)
+    return out

@@ -131,9 +131,7 @@ class WorkerTemplate:
             self.close()
             raise TemplateError("the worker template did not fork")
         worker = ForkedWorker(answer["pid"], files["exit"], self)
-        self._workers = [w for w in self._workers if w.poll() is None] + [
-            worker
-        ]  # keeps the running ones only
+        self._workers = [*self._running(), worker]
         return worker
 
     def close(self) -> None:

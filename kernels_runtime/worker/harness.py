@@ -197,7 +197,7 @@ def evaluate_here(req: EvalRequest, state: WorkerState) -> EvalResult:
 
 
 class _Phases:
-    """Wall time per pipeline phase, recorded as the `phase_s` info entry (benchmarks/runtime_cost.py reads it)."""
+    """Wall time per pipeline phase, recorded as the `phase_s` info entry (read back by `recorder.phase_seconds`)."""
 
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
