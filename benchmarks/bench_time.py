@@ -25,21 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from htam_graph.bench.job import run_dir_name
-from htam_graph.kernels_runtime.recorder import phase_seconds
+from htam_graph.kernels_runtime.recorder import phase_seconds, queued_seconds
 
-__all__ = ["bench_rows", "main", "parse_queued", "table"]
-
-
-def parse_queued(text: str) -> tuple[float, dict[str, float]]:
-    """`queued_s` ("info: 21.890 in 6 waits: memory 10.100, timing 11.790") as (total s, {kind: s}); (0, {})
-    when the worker never waited. Records written before the kinds were kept have the total only."""
-    total, _, kinds = text.removeprefix("info: ").partition(":")
-    words = total.split()
-    by_kind = {}
-    for part in filter(None, (p.strip() for p in kinds.split(","))):
-        name, _, value = part.rpartition(" ")
-        by_kind[name] = float(value)
-    return (float(words[0]) if words else 0.0), by_kind
+__all__ = ["bench_rows", "main", "table"]
 
 
 def _runs(bench: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any] | None]]:
@@ -65,7 +53,7 @@ def bench_rows(bench: Path) -> dict[str, list[float]]:
         evals = [s["eval"] for s in steps if isinstance(s.get("eval"), dict) and s["eval"].get("wall_s")]
         for e in evals:
             checks = e.get("checks") or {}
-            queued, by_kind = parse_queued(checks.get("queued_s", ""))
+            queued, by_kind = queued_seconds(checks)
             rows["wall"].append(e["wall_s"])
             rows["queued"].append(queued)
             for kind, seconds in by_kind.items():

@@ -6,7 +6,7 @@ from typing import Any
 
 from htam_graph.model import ErrorKind, EvalRequest, EvalResult, PrecisionPolicy
 
-__all__ = ["ALL_CHECKS", "Recorder", "phase_seconds", "tolerances"]
+__all__ = ["ALL_CHECKS", "Recorder", "phase_seconds", "queued_seconds", "tolerances"]
 
 # Every named defence, in pipeline order. A check the pipeline did not reach is recorded as skipped, so a
 # result always says which defences stood behind it.
@@ -119,3 +119,16 @@ def phase_seconds(checks: dict[str, str]) -> dict[str, float]:
         name, _, value = part.rpartition(" ")
         out[name] = float(value)
     return out
+
+
+def queued_seconds(checks: dict[str, str]) -> tuple[float, dict[str, float]]:
+    """A result's `queued_s` info entry ("info: 21.890 in 6 waits: memory 10.100, timing 11.790", written by
+    the worker's harness) as (total seconds, {what was waited for: seconds}); (0, {}) when the worker never
+    waited. Records written before the kinds were kept have the total only."""
+    total, _, kinds = checks.get("queued_s", "").removeprefix("info: ").partition(":")
+    by_kind = {}
+    for part in filter(None, (p.strip() for p in kinds.split(","))):
+        name, _, value = part.rpartition(" ")
+        by_kind[name] = float(value)
+    words = total.split()
+    return (float(words[0]) if words else 0.0), by_kind
