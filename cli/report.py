@@ -17,7 +17,9 @@ import click
 def report(dirs: tuple[Path, ...], out: Path | None) -> None:
     """Tables (Markdown, CSV, JSON), figures (PNG) and one self-contained report.html for a bench folder
     written by `htam-graph bench`. With several folders, a comparison keyed by folder and policy: overall and
-    per-level tables, best speedup by step on the runs they share, and which reaches the shared best first."""
+    per-level tables, best speedup by step on the runs they share, which reaches the shared best first, the
+    shared runs whose kernels differ by more than 20 %, and (when the folders ran different runs) the overall
+    table again on the runs they share."""
     from htam_graph.report.compare import write_compare
     from htam_graph.report.writer import write_report
 
