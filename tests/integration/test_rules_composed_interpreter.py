@@ -295,6 +295,88 @@ def get_init_inputs():
 """,
         [{"b": 4, "c": 9, "n": 7}, {"b": 3, "c": 2, "n": 50}],
     ),
+    "sigmoid_f_normalize_channels_shift": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.shift = nn.Parameter(torch.randn(1, c, 1))
+
+    def forward(self, x):
+        return F.normalize(torch.sigmoid(x) - 0.5, p=2.0, dim=1) + self.shift
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {n})]
+
+
+def get_init_inputs():
+    return [{c}]
+""",
+        [{"b": 3, "c": 7, "n": 11}, {"b": 2, "c": 33, "n": 5}],
+    ),
+    "vector_norm_l1_rows_scaled": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        n = torch.linalg.vector_norm(x, 1, dim=-1, keepdim=True)
+        return torch.tanh(x) * 3.0 / torch.maximum(n, torch.tensor(0.25))
+
+
+def get_inputs():
+    return [torch.randn({b}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 5, "n": 40}, {"b": 2, "n": 300}],
+    ),
+    "linear_adaptive_avg_pool_sum": (
+        """class Model(nn.Module):
+    def __init__(self, k, n, out):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+        self.pool = nn.AdaptiveAvgPool1d(out)
+
+    def forward(self, x):
+        y = self.pool(F.elu(self.fc(x)).unsqueeze(1))
+        return y.sum(dim=-1) * 0.5
+
+
+def get_inputs():
+    return [torch.randn({b}, {k})]
+
+
+def get_init_inputs():
+    return [{k}, {n}, {out}]
+""",
+        [{"b": 4, "k": 12, "n": 24, "out": 6}, {"b": 3, "k": 7, "n": 30, "out": 10}],
+    ),
+    "adaptive_max_pool2d_softplus_channel_mean": (
+        """class Model(nn.Module):
+    def __init__(self, oh, ow):
+        super().__init__()
+        self.oh, self.ow = oh, ow
+
+    def forward(self, x):
+        y = F.softplus(F.adaptive_max_pool2d(x * 1.5, (self.oh, self.ow)))
+        return y.mean(dim=1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w})]
+
+
+def get_init_inputs():
+    return [{oh}, {ow}]
+""",
+        [
+            {"b": 2, "c": 5, "h": 8, "w": 9, "oh": 4, "ow": 3},
+            {"b": 3, "c": 3, "h": 6, "w": 10, "oh": 2, "ow": 5},
+        ],
+    ),
 }
 
 

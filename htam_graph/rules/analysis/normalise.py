@@ -13,8 +13,10 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from htam_graph.rules.analysis.adaptive import adaptive_pool_node, is_adaptive_pool
 from htam_graph.rules.analysis.casts import is_noop_cast
 from htam_graph.rules.analysis.constants import inline_trace_constants
+from htam_graph.rules.analysis.decompose import decompose_calls
 from htam_graph.rules.analysis.functional import functional_norm_node, is_functional_norm
 from htam_graph.rules.analysis.structural import (
     cat_node,
@@ -47,6 +49,7 @@ __all__ = ["normalise"]
 def normalise(gm: Any, with_shapes: bool) -> OpGraph:
     """The op graph of a traced module (shapes from ShapeProp when `with_shapes`). Raises NotApplicable."""
     inline_trace_constants(gm)  # `torch.tensor(c)` in forward: a number, not an attribute (constants.py)
+    decompose_calls(gm)  # F.normalize, torch.linalg.vector_norm: the ops they are defined by (decompose.py)
     names: dict[Any, str] = {}
     inputs: list[TensorInfo] = []
     attrs: dict[str, TensorInfo] = {}
@@ -160,6 +163,8 @@ def _call_node(
     if int_valued(fx_node):
         return int_node(fx_node, lambda a: _value(a, names))
     shape, dtype = _meta(fx_node, with_shapes)
+    if is_adaptive_pool(fx_node, gm):
+        return adaptive_pool_node(gm, fx_node, lambda a: _value(a, names), shape, dtype, with_shapes)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
     if is_functional_norm(fx_node):
@@ -285,8 +290,6 @@ def _module_node(
     path = str(fx_node.target)
     module = gm.get_submodule(path)
     cls = type(module)
-    if cls.__name__.startswith("AdaptiveAvgPool") and cls.__module__.startswith("torch.nn.modules"):
-        return _global_average_pool(fx_node, module, names, shape, dtype)
     entry = MODULE_OPS.get(cls.__name__)
     if entry is None or not cls.__module__.startswith("torch.nn.modules"):
         raise NotApplicable(f"unsupported submodule {path} ({cls.__module__}.{cls.__name__})")
@@ -338,23 +341,6 @@ def _loss_module_node(
     _check_semantics(sig, operands, params)
     origin = f"nn.{type(module).__name__} {path}"
     return OpNode(fx_node.name, OpKind.LOSS, op, operands, params, shape, dtype, path, origin)
-
-
-def _global_average_pool(
-    fx_node: Any, module: Any, names: dict[Any, str], shape: tuple[int, ...], dtype: str
-) -> OpNode:
-    """nn.AdaptiveAvgPoolNd to output size 1: a mean over the last N dims with keepdim (the same values)."""
-    nd = int(type(module).__name__[-2])
-    size = module.output_size
-    sizes = tuple(size) if isinstance(size, tuple | list) else (size,) * nd
-    if len(sizes) != nd or any(s != 1 for s in sizes):
-        raise NotApplicable(f"adaptive average pooling to output size {size} (only global, size 1)")
-    if fx_node.kwargs or len(fx_node.args) != 1:
-        raise NotApplicable(f"submodule {fx_node.target} is called with more than one argument")
-    params = (("dim", Const(tuple(range(-nd, 0)))), ("keepdim", Const(True)))
-    origin = f"nn.{type(module).__name__} {fx_node.target}"
-    operands = (_value(fx_node.args[0], names),)
-    return OpNode(fx_node.name, OpKind.REDUCTION, "mean", operands, params, shape, dtype, None, origin)
 
 
 def _module_scalar(module: Any, path: str, attr: str) -> Value:

@@ -165,7 +165,8 @@ def _param(node: OpNode, name: str, render: Operand) -> str:
 
 def _clamp(node: OpNode, r: Operand) -> Emitted:
     expr = r(node.operands[0])
-    lo, hi = node.param("min"), node.param("max")
+    bounds = dict(node.params)  # clamp_min / clamp_max bind one bound only: the other is absent
+    lo, hi = bounds.get("min", Const(None)), bounds.get("max", Const(None))
     for bound in (lo, hi):
         if isinstance(bound, Const) and bound.value is not None and number(bound) is None:
             raise NotApplicable(f"clamp bound {bound} is not a number (tensor bounds are not supported)")
