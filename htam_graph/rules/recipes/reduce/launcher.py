@@ -124,14 +124,14 @@ def _full_operand(leaf: Leaf) -> list[str]:
 
 
 def _out_operand(leaf: Leaf) -> list[str]:
-    """A broadcast operand's layout against the input (BFULL) or the result (BOUT); a result-shaped
-    operand's check."""
+    """A broadcast operand's layout against the input (BFULL) or the reduction's result (BOUT, read per
+    result at `out_offs` also when the output is the input's shape); a result-shaped operand's check."""
     if leaf.space == BFULL:
         return [f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, full_shape)"]
     if leaf.space == BOUT:
-        return [f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, out_shape)"]
+        return [f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, red_shape)"]
     if leaf.space == OUT:
-        return [template.fill(_SHAPE_CHECK, arg=leaf.arg, shape="out_shape")]
+        return [template.fill(_SHAPE_CHECK, arg=leaf.arg, shape="red_shape")]
     return []
 
 
@@ -185,20 +185,21 @@ _NORM_LAYOUTS = {
 
 
 def _layout_lines(plan: ReducePlan) -> list[str]:
-    """The view's extents (n_outer, n_red, n_inner) and `out_shape`: a norm's own rows, else the reduced
-    dims `dim` of the input (kept as size 1 with keepdim)."""
+    """The view's extents (n_outer, n_red, n_inner), `red_shape` (the reduction's own result: the dims `dim`
+    of the input dropped, or kept as size 1 with keepdim) and `out_shape`: a norm's own rows, the input's
+    shape when the result is broadcast back over it (softmax, normalise mode), else `red_shape`."""
     reducer = plan.reducer
     if reducer.op in _NORM_LAYOUTS:
         return [_NORM_LAYOUTS[reducer.op]]
     lines = ["n_outer, n_red, n_inner = reduction_layout(full_shape, dim)"]
-    if reducer.kind is OpKind.SOFTMAX or plan.mode == "normalise":
+    if reducer.kind is OpKind.SOFTMAX:
         return [*lines, "out_shape = full_shape"]
     lines.append("dims = {d % len(full_shape) for d in ((dim,) if isinstance(dim, int) else dim)}")
     if reducer.param("keepdim") == Const(True):
-        lines.append("out_shape = torch.Size(1 if d in dims else s for d, s in enumerate(full_shape))")
+        lines.append("red_shape = torch.Size(1 if d in dims else s for d, s in enumerate(full_shape))")
     else:
-        lines.append("out_shape = torch.Size(s for d, s in enumerate(full_shape) if d not in dims)")
-    return lines
+        lines.append("red_shape = torch.Size(s for d, s in enumerate(full_shape) if d not in dims)")
+    return [*lines, "out_shape = full_shape" if plan.mode == "normalise" else "out_shape = red_shape"]
 
 
 def launcher_call(plan: ReducePlan) -> tuple[list[str], list[str]]:
