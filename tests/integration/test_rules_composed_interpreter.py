@@ -374,7 +374,7 @@ def get_init_inputs():
 """,
         [
             {"b": 2, "c": 5, "h": 8, "w": 9, "oh": 4, "ow": 3},
-            {"b": 3, "c": 3, "h": 6, "w": 10, "oh": 2, "ow": 5},
+            {"b": 3, "c": 3, "h": 10, "w": 7, "oh": 4, "ow": 3},
         ],
     ),
 }
@@ -386,4 +386,16 @@ def test_composed_kernel_matches_reference_at_two_shapes(name: str, tmp_path: Pa
     sources = [HEADER + template.format(**size) for size in sizes]
     candidates = [generate(make_task(name, source)) for source in sources]
     errors = run_checks(sources, candidates, tmp_path)
+    assert len(errors) == 2 and all(e <= 1e-4 for e in errors), errors
+
+
+def test_an_adaptive_pool_candidate_is_correct_at_sizes_it_was_not_written_for(tmp_path: Path) -> None:
+    """Adaptive windows depend on the input's size: the candidate written at the first input size (8 x 9 rows
+    into 4 x 3, windows of 2 x 3) keeps the pool as the PyTorch call, so it also matches at the second (10 x 7
+    into 4 x 3: uneven, overlapping windows), the model built alike."""
+    template, sizes = CASES["adaptive_max_pool2d_softplus_channel_mean"]
+    sources = [HEADER + template.format(**size) for size in sizes]
+    candidate = generate(make_task("adaptive", sources[0]))
+    assert "adaptive_max_pool2d(" in candidate
+    errors = run_checks(sources, [candidate, candidate], tmp_path)
     assert len(errors) == 2 and all(e <= 1e-4 for e in errors), errors

@@ -68,21 +68,35 @@ def test_vector_norm_with_a_dtype_is_not_applicable() -> None:
         _graph("torch.linalg.vector_norm(x, dtype=torch.float64)")
 
 
-def test_adaptive_pool_of_multiples_is_the_plain_pool_and_size_one_a_reduction() -> None:
+def test_adaptive_pool_is_kept_with_its_output_size_and_size_one_is_a_reduction() -> None:
     (pool,) = _graph("self.pool(x)", pool="nn.AdaptiveAvgPool2d((3, 5))").nodes
-    assert pool.op == "avg_pool2d" and pool.kind is OpKind.POOL and pool.module_path is None
-    assert pool.param("kernel_size") == Const((4, 2)) and pool.param("stride") == Const((4, 2))
-    assert pool.param("padding") == Const(0) and pool.shape == (4, 6, 3, 5)
+    assert pool.op == "adaptive_avg_pool2d" and pool.kind is OpKind.POOL and pool.module_path == "pool"
+    assert dict(pool.params) == {"output_size": Const((3, 5))} and pool.shape == (4, 6, 3, 5)
     (pool,) = _graph("F.adaptive_max_pool2d(x, (None, 2))").nodes  # None keeps that size
-    assert pool.op == "max_pool2d" and pool.param("kernel_size") == Const((1, 5))
+    assert pool.op == "adaptive_max_pool2d" and pool.module_path is None
+    assert dict(pool.params) == {"output_size": Const((None, 2))} and pool.shape == (4, 6, 12, 2)
     (amax,) = _graph("self.pool(x)", pool="nn.AdaptiveMaxPool2d(1)").nodes
     assert amax.op == "amax" and dict(amax.params) == {"dim": Const((-2, -1)), "keepdim": Const(True)}
     (mean,) = _graph("self.pool(x)", pool="nn.AdaptiveAvgPool2d(1)").nodes
     assert mean.op == "mean" and mean.shape == (4, 6, 1, 1)
 
 
-def test_adaptive_pool_with_uneven_windows_or_indices_is_not_applicable() -> None:
-    with pytest.raises(NotApplicable, match="not a multiple"):
-        _graph("self.pool(x)", pool="nn.AdaptiveAvgPool2d((5, 5))")  # 12 rows into 5: overlapping windows
+def test_adaptive_pool_returning_indices_is_not_applicable() -> None:
     with pytest.raises(NotApplicable, match="not a tensor"):  # (values, indices)
         _graph("self.pool(x)[0]", pool="nn.AdaptiveMaxPool2d(2, return_indices=True)")
+
+
+def test_no_pooling_recipe_fuses_an_adaptive_pool() -> None:
+    from htam_graph.model import Task
+    from htam_graph.rules.generator import default_generator
+
+    source = TEMPLATE.format(
+        expr="torch.sigmoid(self.pool(torch.relu(x))) * 2.0", pool="nn.AdaptiveAvgPool2d(3)"
+    )
+    task = Task(
+        key="t/level2/t", suite="kernelbench", level=2, name="t.py", source=source, source_sha256="0" * 64
+    )
+    assert default_generator().recipes_for(task) == [
+        "fusion.composed_kernels",
+        "parallelism.block_size_tuning",
+    ]

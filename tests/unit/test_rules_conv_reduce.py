@@ -85,10 +85,14 @@ def test_global_average_pool_is_a_mean_over_the_spatial_dims() -> None:
     node = graph.nodes[-1]
     assert (node.kind, node.op, node.shape) == (OpKind.REDUCTION, "mean", (2, 6, 1, 1, 1))
     assert node.param("dim") == Const((-3, -2, -1)) and node.param("keepdim") == Const(True)
-    with pytest.raises(NotApplicable, match="output size"):
-        analyse_source(
-            conv_source("        self.gap = nn.AdaptiveAvgPool2d(2)", "        return self.gap(x)")
-        )
+    node = analyse_source(
+        conv_source("        self.gap = nn.AdaptiveAvgPool2d(2)", "        return self.gap(x)")
+    ).nodes[-1]
+    assert (node.kind, node.op, node.param("output_size")) == (
+        OpKind.POOL,
+        "adaptive_avg_pool2d",
+        Const((2, 2)),
+    )
 
 
 def test_batch_norm_is_a_norm_module_with_its_attributes() -> None:
@@ -149,6 +153,11 @@ def test_dev_tasks_it_rejects_with_a_reason(rel: str, reason: str) -> None:
             "neither per-channel",
         ),
         ("", "        return torch.nn.functional.max_pool2d(x, 2).sum(dim=1)", "functional max_pool2d"),
+        (
+            "        self.p = nn.AdaptiveMaxPool2d(3)",
+            "        return self.p(x).sum(dim=1)",
+            "windows depend on the input's size",
+        ),
         # cumulative-average batch norm reads num_batches_tracked as a number: not even traceable on meta
         (
             "        self.bn = nn.BatchNorm2d(6, momentum=None)",

@@ -1,14 +1,11 @@
-"""Adaptive pooling (`nn.AdaptiveAvgPoolNd` / `nn.AdaptiveMaxPoolNd` and their `F.*` forms) as the plain op it
-computes at the task's sizes.
+"""Adaptive pooling (`nn.AdaptiveAvgPoolNd` / `nn.AdaptiveMaxPoolNd` and their `F.*` forms) in the op graph.
 
-- Output size 1 in every pooled dim: a mean / amax over the last N dims with keepdim (the same values).
-- Every input size a multiple of its output size: PyTorch's adaptive windows are then `[i*k, (i+1)*k)` with
-  `k = in / out`, exactly the windows of `avg_poolNd` / `max_poolNd` with kernel = stride = k, no padding.
-- Anything else (overlapping or uneven windows) is not applicable.
-
-An output size of None keeps that input size (k = 1). The pool's window needs the input's shape, which the
-graph has after shape propagation; without shapes (the attribute-marking trace, which compares op names and
-kinds only) the kernel is left unknown.
+- Output size 1 in every pooled dim: a mean / amax over the last N dims with keepdim (the same values), which
+  the reductions fuse.
+- Any other output size: a POOL node `adaptive_avg_poolNd` / `adaptive_max_poolNd` with its `output_size`,
+  kept as the PyTorch call (`self.pool(x)` or `F.adaptive_avg_pool2d(x, output_size=...)`). Its windows
+  depend on the input's size, so no recipe bakes them into a kernel: the pooling recipes fuse only the
+  fixed-window `nn.*Pool` ops.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from htam_graph.rules.base import NotApplicable
-from htam_graph.rules.ops import SIGNATURES, Const, OpKind, OpNode, Value
+from htam_graph.rules.ops import Const, OpKind, OpNode, Value
 
 __all__ = ["adaptive_pool_node", "is_adaptive_pool"]
 
@@ -52,26 +49,25 @@ def is_adaptive_pool(fx_node: Any, gm: Any) -> bool:
 
 
 def adaptive_pool_node(
-    gm: Any, fx_node: Any, value_of: ValueOf, shape: tuple[int, ...], dtype: str, with_shapes: bool
+    gm: Any, fx_node: Any, value_of: ValueOf, shape: tuple[int, ...], dtype: str
 ) -> OpNode:
-    """The mean / amax / pool node the adaptive pool computes (module docstring). Raises NotApplicable."""
+    """The mean / amax or adaptive POOL node of the call (module docstring). Raises NotApplicable."""
     found = _kind_and_dims(fx_node, gm)
     assert found is not None, "adaptive_pool_node of a call is_adaptive_pool rejects"
     kind, nd = found
     source, output_size, origin = _call_parts(gm, fx_node, kind, nd)
     sizes = tuple(output_size) if isinstance(output_size, tuple | list) else (output_size,) * nd
-    if len(sizes) != nd:
-        raise NotApplicable(f"{origin}: output size {output_size} for {nd} pooled dims")
+    if len(sizes) != nd or not all(s is None or (isinstance(s, int) and s > 0) for s in sizes):
+        raise NotApplicable(f"{origin}: output size {output_size} is not {nd} positive ints (or None)")
     operands = (value_of(source),)
-    if all(s == 1 for s in sizes):
+    if all(s == 1 for s in sizes):  # (None keeps the input's size: not global)
         op = "mean" if kind == "avg" else "amax"
         over = (("dim", Const(tuple(range(-nd, 0)))), ("keepdim", Const(True)))
         return OpNode(fx_node.name, OpKind.REDUCTION, op, operands, over, shape, dtype, None, origin)
-    window = _window(source, sizes, origin) if with_shapes else None
-    op = f"{kind}_pool{nd}d"
-    given = {"kernel_size": Const(window), "stride": Const(window)}
-    params = tuple((p, given.get(p, Const(default))) for p, default in SIGNATURES[op].params)
-    return OpNode(fx_node.name, OpKind.POOL, op, operands, params, shape, dtype, None, origin)
+    module_path = str(fx_node.target) if fx_node.op == "call_module" else None
+    params = (("output_size", Const(sizes)),)
+    op = f"adaptive_{kind}_pool{nd}d"
+    return OpNode(fx_node.name, OpKind.POOL, op, operands, params, shape, dtype, module_path, origin)
 
 
 def _call_parts(gm: Any, fx_node: Any, kind: str, nd: int) -> tuple[Any, Any, str]:
@@ -87,20 +83,3 @@ def _call_parts(gm: Any, fx_node: Any, kind: str, nd: int) -> tuple[Any, Any, st
     if set(bound) - set(names) or "output_size" not in bound:
         raise NotApplicable(f"F.adaptive_{kind}_pool{nd}d: only (input, output_size) is supported")
     return bound["input"], bound["output_size"], f"F.adaptive_{kind}_pool{nd}d"
-
-
-def _window(source: Any, sizes: tuple[Any, ...], origin: str) -> tuple[int, ...]:
-    """Kernel = stride per pooled dim, when every input size is a multiple of its output size."""
-    meta = getattr(source, "meta", {}).get("tensor_meta")
-    if meta is None:
-        raise NotApplicable(f"{origin}: the input's shape is unknown")
-    pooled = tuple(int(s) for s in meta.shape[-len(sizes) :])
-    window = []
-    for size, out in zip(pooled, sizes, strict=True):
-        out = size if out is None else int(out)
-        if out <= 0 or size % out:
-            raise NotApplicable(
-                f"{origin}: input size {size} is not a multiple of output size {out} (uneven windows)"
-            )
-        window.append(size // out)
-    return tuple(window)

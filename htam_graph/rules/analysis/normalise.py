@@ -164,7 +164,7 @@ def _call_node(
         return int_node(fx_node, lambda a: _value(a, names))
     shape, dtype = _meta(fx_node, with_shapes)
     if is_adaptive_pool(fx_node, gm):
-        return adaptive_pool_node(gm, fx_node, lambda a: _value(a, names), shape, dtype, with_shapes)
+        return adaptive_pool_node(gm, fx_node, lambda a: _value(a, names), shape, dtype)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
     if is_functional_norm(fx_node):

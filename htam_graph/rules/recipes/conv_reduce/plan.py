@@ -258,6 +258,8 @@ class _Builder:
             raise NotApplicable(f"{node.op} after a reduction over part of the spatial dims")
         if node.module_path is None:
             raise NotApplicable(f"functional {node.op}: the window is read from an nn.*Pool module")
+        if node.op.startswith("adaptive"):
+            raise NotApplicable(f"{node.op}: its windows depend on the input's size")
         if node.param("return_indices") != Const(False) if node.op.startswith("max") else False:
             raise NotApplicable(f"{node.op} returns indices")
         if int(node.op[-2]) != self.rank - 2:

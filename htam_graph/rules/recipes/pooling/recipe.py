@@ -128,6 +128,8 @@ class PoolWindow(PlannedRecipe[PoolPlan]):
 
 
 def _check_pool(graph: OpGraph, pool: OpNode) -> None:
+    if pool.op.startswith("adaptive"):
+        raise NotApplicable(f"{pool.op}: its windows depend on the input's size (kept as the PyTorch call)")
     if pool.module_path is None:
         raise NotApplicable(
             f"functional {pool.op}: the recipe reads the window from an nn.*Pool module at run time"
