@@ -8,7 +8,9 @@
   element r lies at (r // inner) * n_keep * inner + r % inner. Each program owns BLOCK_K rows and walks their
   reduced elements in BLOCK_R tiles: one loop accumulates the statistic; a row-valued result (sum, logsumexp,
   norm) is stored per row, a per-element one (norms, softmax, x - mean) is written by a second loop that
-  recomputes the ops before the reduction from the inputs instead of storing them.
+  recomputes the ops before the reduction from the inputs instead of storing them. When there are too few
+  rows to fill the GPU (a whole-tensor norm is one row), each row is split into slices over several programs,
+  in two launches: partial statistics per slice, then their merge and the output (stats.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from htam_graph.rules.compose.cross_entropy import target_load
 from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
-from htam_graph.rules.compose.stats import accumulate_lines, finalize_lines, init_lines
+from htam_graph.rules.compose.stats import (
+    PARTIALS,
+    accumulate_lines,
+    finalize_lines,
+    init_lines,
+    merged_finalize_lines,
+    partial_store_lines,
+)
 from htam_graph.rules.ops import Const
 
 __all__ = ["kernel_source"]
@@ -42,9 +51,11 @@ def $name(
     tl.store(out_ptr + offs, $result.to(out_ptr.dtype.element_ty), mask=mask)
 '''
 
-# Group with a reduction: BLOCK_K rows per program; the statistic over the row's tiles (after each row's
-# first value as the shift of its moments, when the statistic needs one), the row values, then the row
-# result stored or loop 2 writing every element.
+# Group with a reduction: BLOCK_K rows per program, over one of the `n_split` slices [r_start, r_end) of each
+# row's reduced range. PHASE 2 (n_split = 1): each program reads its rows whole. PHASE 0 and 1 split few long
+# rows across programs: phase 0 stores each slice's partial statistics, phase 1 merges every slice's and
+# writes its slice of the output (a row result: the first slice's programs store it). Moments are taken about
+# each row's first value (the shift), the same in every slice.
 _ROWS = '''\
 @triton.jit
 def $name(
@@ -52,19 +63,31 @@ def $name(
     BLOCK_K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     INDEX_64: tl.constexpr,
+    PHASE: tl.constexpr,
 ):
-    """Fused $describe: BLOCK_K rows per program, statistics in fp32."""
-    keep = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    """Fused $describe: BLOCK_K rows per program (or one slice of them), statistics in fp32."""
+    pid = tl.program_id(0)
+    split = pid % n_split
+    keep = (pid // n_split) * BLOCK_K + tl.arange(0, BLOCK_K)
     if INDEX_64:  # more than 2**31 elements: 64-bit offsets
         keep = keep.to(tl.int64)
     keep_mask = keep < n_keep
     keep_base = $keep_base
+    r_start = split * red_per_split
+    r_end = tl.minimum(r_start + red_per_split, n_red)
     $shift
-    $init
-    $accumulate
-    $finalize
-    $row_values
-    $write
+    if PHASE != 1:  # this program's slice of its rows
+        $init
+        $accumulate
+    if PHASE == 0:
+        $partials
+    else:
+        if PHASE == 1:
+            $merged
+        else:
+            $finalize
+        $row_values
+        $write
 '''
 
 _SHIFT = """\
@@ -76,12 +99,12 @@ shift = tl.where(mask0, $value, 0.0)
 
 # One pass over the rows' reduced elements, BLOCK_R at a time (loop 1: suffix "", loop 2: suffix "2").
 _TILES = """\
-for start$k in range(0, n_red, BLOCK_R):
+for start$k in range(r_start, r_end, BLOCK_R):
     red$k = start$k + tl.arange(0, BLOCK_R)
     if INDEX_64:
         red$k = red$k.to(tl.int64)
     offs$k = keep_base[None, :] + ($red_offset)[:, None]
-    mask$k = keep_mask[None, :] & (red$k < n_red)[:, None]
+    mask$k = keep_mask[None, :] & (red$k < r_end)[:, None]
     $body
 """
 
@@ -126,18 +149,22 @@ def _row_kernel(group: Group, red: Reduction, name: str, writer: SectionWriter) 
         red_offset=_red_offset(middle, ""),
         body=loop_body + accumulate_lines(red, loop_names[source]),
     )
-    finalize = finalize_lines(red, _eps(group, red))
+    eps = _eps(group, red)
+    splits = red.target is None  # cross-entropy's per-row target statistics are not merged across slices
     row_values = writer.reduced()
     return template.fill(
         _ROWS,
         name=name,
-        params=_params(group, ["out_ptr", "n_keep", "n_red", "inner"]),
+        params=_params(group, ["out_ptr", "n_keep", "n_red", "inner", "n_split", "red_per_split"])
+        + [f"part_{p}_ptr," for p, _ in PARTIALS[red.family]],
         describe=group.describe(),
         keep_base=_KEEP_BASE[middle],
         shift=shift,
         init=[*row_target, *init_lines(red)],
         accumulate=accumulate,
-        finalize=finalize,
+        partials=partial_store_lines(red) if splits else ["pass  # never split"],
+        merged=merged_finalize_lines(red, eps) if splits else ["pass  # never split"],
+        finalize=finalize_lines(red, eps),
         row_values=row_values,
         write=_write(group, middle, writer),
     )
@@ -150,8 +177,9 @@ def _red_offset(middle: bool, k: str) -> str:
 
 def _write(group: Group, middle: bool, writer: SectionWriter) -> str:
     """A row result stored per row, or loop 2 writing every element."""
-    if group.out_space is Space.REDUCED:
-        return _STORE.format(offs="keep", value=writer.row_vars[group.output], mask="keep_mask")
+    if group.out_space is Space.REDUCED:  # one value per row, stored by its first slice's program
+        mask = "keep_mask & (split == 0)"
+        return _STORE.format(offs="keep", value=writer.row_vars[group.output], mask=mask)
     out_body, out_names = writer.full([group.output], "_2", "offs2", "mask2")
     store = _STORE.format(offs="offs2", value=out_names[group.output], mask="mask2")
     return template.fill(_TILES, k="2", red_offset=_red_offset(middle, "2"), body=[*out_body, store])

@@ -6,14 +6,33 @@ per element), computes the row layout and the broadcast layout of each leaf, pic
 
 from __future__ import annotations
 
+import textwrap
+
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
 from htam_graph.rules.compose.group import GROUP_COUNT, Group, Leaf, Space
 from htam_graph.rules.compose.reducers import Reduction
+from htam_graph.rules.compose.stats import PARTIALS
 
 __all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
 
 ROW_HELPERS_SOURCE = '''\
+SPLIT_TARGET_PROGRAMS = 1024  # fewer row tiles than this: split each row's reduced range across programs
+MIN_TILES_PER_SPLIT = 4  # each slice folds at least this many BLOCK_R tiles
+
+
+def row_split(n_tiles: int, n_red: int, block_r: int, splits: bool) -> tuple[int, int]:
+    """(n_split, red_per_split): how many programs share each row's reduced range, and the length of each
+    one's slice (a whole number of BLOCK_R tiles). Few long rows (a whole-tensor norm is one row) are split so
+    that the GPU has work for every SM; `splits` False keeps every row whole."""
+    n_split = 1
+    if splits and n_tiles < SPLIT_TARGET_PROGRAMS:
+        longest = n_red // (block_r * MIN_TILES_PER_SPLIT)
+        n_split = max(1, min(triton.cdiv(SPLIT_TARGET_PROGRAMS, n_tiles), longest))
+    red_per_split = max(1, triton.cdiv(triton.cdiv(n_red, n_split), block_r)) * block_r
+    return max(1, triton.cdiv(n_red, red_per_split)), red_per_split
+
+
 def row_layout(shape: torch.Size, dims: tuple[int, ...], middle: bool, groups: int) -> tuple[int, int, int]:
     """(n_keep, n_red, inner) of a reduction of `shape` over `dims` (see the kernel's docstring).
 
@@ -64,7 +83,7 @@ def constants(name: str, config: KernelConfig) -> list[str]:
     ]
 
 
-# The launcher: the full shape, the row layout (reductions), the output, operand layouts, one launch.
+# The launcher: the full shape, the row layout (reductions), the output, operand layouts, the launches.
 _LAUNCHER = '''\
 def $name($signature) -> torch.Tensor:
     """$describe: sizes read from the tensors at run time."""
@@ -75,13 +94,20 @@ def $name($signature) -> torch.Tensor:
     if out.numel() == 0:
         return out
     $grid
-    $kernel[grid](
-        $args,
-        $launch
-        num_warps=NUM_WARPS_$upper,
-    )
+    $launches
     return out
 '''
+
+_CALL = """\
+$kernel[grid](
+    $args,
+    $launch
+    num_warps=NUM_WARPS_$upper,
+)
+"""
+
+# Rows split across programs take two launches (partial statistics, then their merge); whole rows one.
+_ROW_PHASES = "for phase in ((0, 1) if n_split > 1 else (2,)):"
 
 _ROW_LAYOUT = """\
 if len(full_shape) != $rank:
@@ -97,7 +123,11 @@ grid = (triton.cdiv(n_elements, BLOCK_$upper),)
 
 _ROW_GRID = """\
 block_k, block_r = row_tiles(n_keep, n_red, inner, $middle, BLOCK_$upper)
-grid = (triton.cdiv(n_keep, block_k),)
+n_tiles = triton.cdiv(n_keep, block_k)
+n_split, red_per_split = row_split(n_tiles, n_red, block_r, $splits)
+size = n_keep * n_split if n_split > 1 else 1  # partial statistics, read only when rows are split
+parts = [torch.empty(size, device=out.device, dtype=torch.float32) for _ in range($n_parts)]
+grid = (n_tiles * n_split,)
 """
 
 _SHAPE_CHECK = """\
@@ -117,19 +147,31 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     full = [leaf.arg for leaf in leaves if leaf.space is Space.FULL]
     red = group.reduction
     args = [leaf.arg for leaf in leaves] + ["out"]
-    args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner"]
+    args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner", "n_split", "red_per_split"]
     args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
     args += [s.arg for s in group.scalars if s.in_kernel]
     if red is None:
         grid = template.fill(_FLAT_GRID, upper=upper)
         launch = [f"BLOCK=BLOCK_{upper}", f"INDEX_64=n_elements + BLOCK_{upper} > 2**31 - 1"]
     else:
-        grid = template.fill(_ROW_GRID, middle=red.middle_reduced, upper=upper)
+        grid = template.fill(
+            _ROW_GRID,
+            middle=red.middle_reduced,
+            upper=upper,
+            splits=red.target is None,  # cross-entropy's target statistics are not merged across slices
+            n_parts=len(PARTIALS[red.family]),
+        )
+        args.append("*parts")
         launch = [
             "BLOCK_K=block_k",
             "BLOCK_R=block_r",
             "INDEX_64=math.prod(full_shape) + block_k * block_r > 2**31 - 1",
+            "PHASE=phase",
         ]
+    call = template.fill(
+        _CALL, kernel=kernel_name, args=", ".join(args), launch=[f"{item}," for item in launch], upper=upper
+    )
+    launches = call if red is None else f"{_ROW_PHASES}\n{textwrap.indent(call, '    ')}"
     return template.fill(
         _LAUNCHER,
         name=name,
@@ -142,10 +184,7 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
         dtype=group.out_dtype,
         operands=[line for leaf in leaves for line in _leaf_lines(leaf)],
         grid=grid,
-        kernel=kernel_name,
-        args=", ".join(args),
-        launch=[f"{item}," for item in launch],
-        upper=upper,
+        launches=launches,
     )
 
 

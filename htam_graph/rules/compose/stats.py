@@ -1,9 +1,12 @@
 """Kernel text of each accumulation family (see reducers.py): accumulators, their update, the per-row values.
 
 Accumulators are [BLOCK_R, BLOCK_K] tiles updated elementwise inside the loop over the reduced index (masked
-lanes leave them unchanged) and reduced over axis 0 once the loop ends, giving [BLOCK_K] row values:
-`row_sum`, `row_max`, `row_min`, `row_prod`, or for moments `row_mean` and `row_m2` (the sum of squared
-deviations), all in fp32. `n` is the row length as a float.
+lanes leave them unchanged) and reduced over axis 0 once the loop ends, giving [BLOCK_K] partial values `p_*`
+of the program's slice of each row. A row read whole by one program turns them into the row values directly;
+a row split across programs (few long rows) stores them per slice, and a second phase merges every slice's
+(`PARTIALS`, merged in slice order). The row values are `row_sum`, `row_max`, `row_min`, `row_prod`, or for
+moments `row_mean` and `row_m2` (the sum of squared deviations), all in fp32. `n` is the row length as a
+float.
 """
 
 from __future__ import annotations
@@ -18,7 +21,17 @@ from htam_graph.rules.compose.cross_entropy import (
 )
 from htam_graph.rules.compose.reducers import Reduction, correction_of
 
-__all__ = ["PROD_COMBINE", "accumulate_lines", "element_value", "finalize_lines", "init_lines", "row_value"]
+__all__ = [
+    "PARTIALS",
+    "PROD_COMBINE",
+    "accumulate_lines",
+    "element_value",
+    "finalize_lines",
+    "init_lines",
+    "merged_finalize_lines",
+    "partial_store_lines",
+    "row_value",
+]
 
 TILE = "[BLOCK_R, BLOCK_K]"
 NEG_INF = 'float("-inf")'
@@ -64,20 +77,58 @@ _ACCUMULATE = {
     ],
 }
 
-_FINALIZE = {
-    "sum": ["row_sum = tl.sum(acc, axis=0)"],
-    "max": ["row_max = tl.max(acc, axis=0)"],
-    "min": ["row_min = tl.min(acc, axis=0)"],
-    "prod": ["row_prod = tl.reduce(acc, 0, _prod_combine)"],
+# This program's row values over its slice of the reduced index: the accumulator tiles reduced over axis 0.
+# (lse: `p_max` is the slice's maximum, -inf for a slice without values; `p_sum` is relative to it, or to 0.)
+_PARTS = {
+    "sum": ["p_sum = tl.sum(acc, axis=0)"],
+    "max": ["p_max = tl.max(acc, axis=0)"],
+    "min": ["p_min = tl.min(acc, axis=0)"],
+    "prod": ["p_prod = tl.reduce(acc, 0, _prod_combine)"],
     "lse": [
-        "row_max = tl.max(run_max, axis=0)",
-        f"row_max = tl.where(row_max == {NEG_INF}, 0.0, row_max)",
-        "row_sum = tl.sum(run_sum * tl.exp(run_max - row_max[None, :]), axis=0)",
+        "p_max = tl.max(run_max, axis=0)",
+        f"p_max_safe = tl.where(p_max == {NEG_INF}, 0.0, p_max)  # no -inf - -inf",
+        "p_sum = tl.sum(run_sum * tl.exp(run_max - p_max_safe[None, :]), axis=0)",
     ],
+    "moments": ["p_dev = tl.sum(acc, axis=0)", "p_sq = tl.sum(acc_sq, axis=0)"],
+}
+
+# The partial values a split row stores per slice, with the value a masked load reads (the merge's identity).
+PARTIALS: dict[str, tuple[tuple[str, str], ...]] = {
+    "sum": (("sum", "0.0"),),
+    "max": (("max", NEG_INF),),
+    "min": (("min", POS_INF),),
+    "prod": (("prod", "1.0"),),
+    "lse": (("max", NEG_INF), ("sum", "0.0")),
+    "moments": (("dev", "0.0"), ("sq", "0.0")),  # every slice's deviations are from the same shift
+}
+
+# p_* merged with the next slice's q_*.
+_COMBINE = {
+    "sum": ["p_sum = p_sum + q_sum"],
+    "max": ["p_max = tl.maximum(p_max, q_max)"],
+    "min": ["p_min = tl.minimum(p_min, q_min)"],
+    "prod": ["p_prod = p_prod * q_prod"],
+    "lse": [
+        "m = tl.maximum(p_max, q_max)",
+        f"m_safe = tl.where(m == {NEG_INF}, 0.0, m)",
+        f"p_sum = p_sum * tl.exp(tl.where(p_max == {NEG_INF}, 0.0, p_max) - m_safe) + q_sum * tl.exp("
+        f"tl.where(q_max == {NEG_INF}, 0.0, q_max) - m_safe)",
+        "p_max = m",
+    ],
+    "moments": ["p_dev = p_dev + q_dev", "p_sq = p_sq + q_sq"],
+}
+
+# The row values from the whole row's p_* (one slice, or every slice merged).
+_ROW_VALUES = {
+    "sum": ["row_sum = p_sum"],
+    "max": ["row_max = p_max"],
+    "min": ["row_min = p_min"],
+    "prod": ["row_prod = p_prod"],
+    "lse": [f"row_max = tl.where(p_max == {NEG_INF}, 0.0, p_max)", "row_sum = p_sum"],
     "moments": [
-        "dev_sum = tl.sum(acc, axis=0)",
+        "dev_sum = p_dev",
         "row_mean = tl.sum(shift, axis=0) + dev_sum / n",
-        "row_m2 = tl.maximum(tl.sum(acc_sq, axis=0) - dev_sum * dev_sum / n, 0.0)",
+        "row_m2 = tl.maximum(p_sq - dev_sum * dev_sum / n, 0.0)",
     ],
 }
 
@@ -96,15 +147,44 @@ def accumulate_lines(red: Reduction, value: str) -> list[str]:
 
 
 def finalize_lines(red: Reduction, eps: str | None) -> list[str]:
-    """The per-row values; norms add `row_rstd` (1 / sqrt(variance or mean square + eps))."""
-    lines = ["n = n_red * 1.0", *_FINALIZE[red.family]]
+    """The per-row values from this program's accumulators (the whole row); norms add `row_rstd`
+    (1 / sqrt(variance or mean square + eps))."""
+    lines = ["n = n_red * 1.0", *_PARTS[red.family], *_ROW_VALUES[red.family]]
     if red.target is not None:
         lines += target_finalize(red.node.op)
+    return lines + _rstd(red, eps)
+
+
+def partial_store_lines(red: Reduction) -> list[str]:
+    """A split row's first phase: this slice's p_* values stored at [row, split] of each partial buffer."""
+    stores = [
+        f"tl.store(part_{name}_ptr + keep * n_split + split, p_{name}, mask=keep_mask)"
+        for name, _ in PARTIALS[red.family]
+    ]
+    return [*_PARTS[red.family], *stores]
+
+
+def merged_finalize_lines(red: Reduction, eps: str | None) -> list[str]:
+    """A split row's second phase: every slice's p_* merged in slice order, then the per-row values."""
+    parts = PARTIALS[red.family]
+    first = [
+        f"p_{name} = tl.load(part_{name}_ptr + keep * n_split, mask=keep_mask, other={identity})"
+        for name, identity in parts
+    ]
+    loads = [
+        f"    q_{name} = tl.load(part_{name}_ptr + keep * n_split + j, mask=keep_mask, other={identity})"
+        for name, identity in parts
+    ]
+    merge = ["for j in range(1, n_split):", *loads, *(f"    {line}" for line in _COMBINE[red.family])]
+    return ["n = n_red * 1.0", *first, *merge, *_ROW_VALUES[red.family], *_rstd(red, eps)]
+
+
+def _rstd(red: Reduction, eps: str | None) -> list[str]:
     if red.per_element and red.family == "moments":
-        lines.append(f"row_rstd = 1.0 / tl.sqrt(row_m2 / n + {eps})")
-    elif red.per_element and red.family == "sum":  # RMS norm: the mean of squares
-        lines.append(f"row_rstd = 1.0 / tl.sqrt(row_sum / n + {eps})")
-    return lines
+        return [f"row_rstd = 1.0 / tl.sqrt(row_m2 / n + {eps})"]
+    if red.per_element and red.family == "sum":  # RMS norm: the mean of squares
+        return [f"row_rstd = 1.0 / tl.sqrt(row_sum / n + {eps})"]
+    return []
 
 
 def row_value(red: Reduction) -> str:
