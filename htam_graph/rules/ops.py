@@ -188,8 +188,8 @@ class Signature:
 
 _EW = OpKind.ELEMENTWISE
 _UNARY = (
-    "neg abs exp log sqrt rsqrt sigmoid tanh relu relu6 hardswish hardsigmoid mish selu softsign silu "
-    "erf square"
+    "neg abs exp log log1p sqrt rsqrt sigmoid logsigmoid tanh relu relu6 hardswish hardsigmoid mish selu "
+    "softsign silu erf square"
 ).split()
 _BINARY = "mul maximum minimum max min gt lt ge le eq ne".split()
 _REDUCE_PARAMS = (("dim", None), ("keepdim", False))
@@ -249,7 +249,15 @@ def _signatures() -> dict[str, Signature]:
             "matmul": Signature("matmul", OpKind.LIBRARY, ("input", "other")),
             "mm": Signature("mm", OpKind.LIBRARY, ("input", "other")),
             "bmm": Signature("bmm", OpKind.LIBRARY, ("input", "other")),
+            # input + mat1 @ mat2 (beta = alpha = 1): the product and its bias in one cuBLAS call, kept as is
+            "addmm": Signature(
+                "addmm", OpKind.LIBRARY, ("input", "mat1", "mat2"), fixed=(("beta", 1), ("alpha", 1))
+            ),
             "unsqueeze": Signature("unsqueeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
+            # a contiguous tensor's dims start_dim..end_dim merged into one: a view, kept as torch.flatten
+            "flatten": Signature("flatten", OpKind.LAYOUT, ("input",), (("start_dim", 0), ("end_dim", -1))),
+            # two dims swapped: a strided view, kept as torch.transpose (the next kernel reads it contiguous)
+            "transpose": Signature("transpose", OpKind.LAYOUT, ("input",), (("dim0", None), ("dim1", None))),
             "diag": Signature("diag", OpKind.LAYOUT, ("input",), (("diagonal", 0),)),
             # views that move no data on a contiguous tensor: squeeze(dim) / the 2-d transpose `.T` / `.t()`
             "squeeze": Signature("squeeze", OpKind.LAYOUT, ("input",), (("dim", None),)),
@@ -380,6 +388,8 @@ MODULE_OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ELU": ("elu", ("alpha",)),
     "SELU": ("selu", ()),
     "Softsign": ("softsign", ()),
+    "LogSigmoid": ("logsigmoid", ()),
+    "Flatten": ("flatten", ("start_dim", "end_dim")),
     "SiLU": ("silu", ()),
     "Softmax": ("softmax", ("dim",)),
     "LogSoftmax": ("log_softmax", ("dim",)),

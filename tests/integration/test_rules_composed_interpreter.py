@@ -354,6 +354,67 @@ def get_init_inputs():
 """,
         [{"b": 4, "k": 12, "n": 24, "out": 6}, {"b": 3, "k": 7, "n": 30, "out": 10}],
     ),
+    "log1p_logsigmoid_row_mean": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.logsigmoid(torch.log1p(x.abs() * 1e-3) * 3e4 - 40.0).mean(dim=1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 4, "n": 70}, {"b": 3, "n": 129}],
+    ),
+    "flatten_transpose_layer_norm": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm = nn.LayerNorm(c)
+        self.act = nn.LogSigmoid()
+
+    def forward(self, x):
+        y = torch.transpose(self.act(x).flatten(2), 1, 2)
+        return self.norm(y) + 1.0
+
+
+def get_inputs():
+    return [torch.randn({b}, {c}, {h}, {w})]
+
+
+def get_init_inputs():
+    return [{c}]
+""",
+        [{"b": 2, "c": 6, "h": 3, "w": 5}, {"b": 3, "c": 10, "h": 4, "w": 2}],
+    ),
+    "addmm_relu_sum_flattened": (
+        """class Model(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n))
+        self.b = nn.Parameter(torch.randn(n))
+        self.flat = nn.Flatten()
+
+    def forward(self, x):
+        y = torch.relu(torch.addmm(self.b, self.flat(x), self.w))
+        return y.sum(dim=1) * 0.1
+
+
+def get_inputs():
+    return [torch.randn({b}, 2, {h})]
+
+
+def get_init_inputs():
+    return [2 * {h}, {n}]
+""",
+        [{"b": 5, "h": 6, "n": 9}, {"b": 3, "h": 11, "n": 20}],
+    ),
     "adaptive_max_pool2d_softplus_channel_mean": (
         """class Model(nn.Module):
     def __init__(self, oh, ow):

@@ -272,6 +272,9 @@ def _function_signature(target: Any) -> Signature:
     name = getattr(target, "__name__", "")
     owners = (torch, F, operator, torch.special)
     if not any(getattr(owner, name, None) is target for owner in owners):
+        # exported under another name than its own (F.logsigmoid is torch._C._nn.log_sigmoid)
+        name = next((n for owner in owners for n, v in vars(owner).items() if v is target), "")
+    if not name:
         raise NotApplicable(f"unsupported function {target!r}")
     sig = SIGNATURES.get(name)
     if sig is None:

@@ -262,6 +262,9 @@ _HANDLERS: dict[str, Callable[[OpNode, Operand], Emitted]] = {
     "abs": _unary("tl.abs({a})"),
     "exp": _unary("tl.exp({a})"),
     "log": _unary("tl.log({a})"),
+    "log1p": _unary("_log1p({a})", "_log1p"),
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)
+    "logsigmoid": _unary("tl.minimum({a}, 0.0) - _log1p(tl.exp(-tl.abs({a})))", "_log1p"),
     "sqrt": _unary("tl.sqrt({a})"),
     "rsqrt": _unary("1.0 / tl.sqrt({a})"),
     "square": _unary("{a} * {a}"),

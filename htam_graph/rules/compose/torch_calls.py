@@ -18,7 +18,7 @@ __all__ = ["StageCall", "tensor_expr", "torch_call"]
 # How the composed forward writes a kept stage: (graph, node, variables of earlier nodes) -> an expression
 StageCall = Callable[[OpGraph, OpNode, dict[str, str]], str]
 
-_VIEWS = ("unsqueeze", "squeeze", "t", "diag")
+_VIEWS = ("unsqueeze", "squeeze", "t", "diag", "flatten", "transpose")
 
 
 def torch_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:

@@ -21,7 +21,12 @@ from htam_graph.rules.ops import AttrScalar, Const, OpGraph, OpKind, OpNode, Ref
 from htam_graph.rules.recipes.elementwise.fused_file import fused_region_file
 
 KEY = "fusion.library_epilogue"
-_TORCH_NAMESPACE = {"matmul": "torch", "mm": "torch", "bmm": "torch"}  # the rest live in torch.nn.functional
+_TORCH_NAMESPACE = {
+    "matmul": "torch",
+    "mm": "torch",
+    "bmm": "torch",
+    "addmm": "torch",
+}  # the rest live in torch.nn.functional
 # The comment that ends the library call's line in ModelNew.forward (elementwise/tf32.py wraps that line)
 LIBRARY_CALL_MARKS = ("# library op, unchanged", "# library op without its bias: the epilogue adds it")
 _CONVS = ("conv1d", "conv2d", "conv3d")
