@@ -93,7 +93,8 @@ def test_gelu_tanh_approximation_is_captured() -> None:
         ("        if x.sum() > 0:\n            return x\n        return -x", "trace"),
         ("        return torch.max(x, dim=1)[1]", "not a tensor"),
         ("        return torch.max(x, 1)", "not a tensor"),
-        ("        return x.view(-1)", "view"),
+        ("        return x.unfold(1, 2, 1)", "unfold"),
+        ("        s = x.shape\n        return x.view(s)", "torch.Size used other than item by item"),
         ("        return torch.roll(x, 1, 1)", "roll"),
         ("        return torch.add(x, x, alpha=2)", "alpha"),
         ("        return torch.softmax(x, dim=1, dtype=torch.float64)", "dtype"),
@@ -102,6 +103,18 @@ def test_gelu_tanh_approximation_is_captured() -> None:
 def test_untraceable_or_unknown_forwards_are_not_applicable(forward: str, reason: str) -> None:
     with pytest.raises(NotApplicable, match=reason):
         analyse_source(task(forward))
+
+
+def test_size_reads_and_views_stay_symbolic() -> None:
+    """`n, c = x.shape` gives size nodes, not the analysed numbers; the view's shape has them as operands."""
+    forward = "        n, c = x.shape\n        return x.view(n, c // 2, 2).permute(0, 2, 1)[..., :n]"
+    graph = analyse_source(task(forward))
+    ops = [node.op for node in graph.nodes]
+    assert ops == ["size", "size", "int_floordiv", "reshape", "permute", "index"], ops
+    reshape, permute, index = graph.nodes[3:]
+    assert reshape.operands[1:] == (Ref(graph.nodes[0].name), Ref(graph.nodes[2].name), Const(2))
+    assert permute.param("dims") == Const((0, 2, 1)) and permute.kind is OpKind.LAYOUT
+    assert index.param("index") == Const("[..., :{0}]") and index.operands[1] == Ref(graph.nodes[0].name)
 
 
 def test_a_broken_task_source_is_not_applicable() -> None:

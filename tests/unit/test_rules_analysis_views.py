@@ -92,8 +92,9 @@ def test_the_fold_keeps_attribute_scalars_of_the_ops_around_it() -> None:
         UNPACK + "        x = torch.clamp(x, self.lo, self.hi)\n        b2, c2, d2, h2, w2 = x.shape\n"
         "        y = torch.softmax(x.view(b2, c2, -1), dim=2)\n        return y.view(b2, c2, d2, h2, w2) * self.lo"
     )
-    with pytest.raises(NotApplicable, match="not a tensor"):
-        analyse_source(source(forward, init))  # the first unpack (b, c, d, h, w) is unused but is not folded
+    graph = analyse_source(source(forward, init))  # the first unpack is unused: five size nodes, not folded
+    assert [n.op for n in graph.nodes if n.kind is OpKind.STRUCTURAL] == ["size"] * 5
+    assert [n.op for n in graph.nodes if n.kind is not OpKind.STRUCTURAL] == ["clamp", "softmax", "mul"]
     forward = forward.replace(UNPACK, "")
     graph = analyse_source(source(forward, init))
     clamp, softmax, mul = graph.nodes

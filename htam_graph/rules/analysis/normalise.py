@@ -3,7 +3,8 @@
 Every call is normalised to a canonical op: function, method and module calls share one name map
 (`ops.SIGNATURES`, `ops.MODULE_OPS`) and one argument binder; `getitem` / `.values` of a min/max over a dim
 and `.T` / `.mT` are understood. Anything not in the tables (control flow, unknown ops or modules) makes the
-task not applicable, with the reason: the rules never guess. One view idiom is understood:
+task not applicable, with the reason: the rules never guess. Size reads, view / reshape / permute and slicing
+become STRUCTURAL size nodes and LAYOUT nodes (reshapes.py). One view idiom is folded:
 `x.view(b, c, -1)` -> softmax over the flattened dim -> view back to x's shape is folded into one softmax over
 x's trailing dims (views.py).
 """
@@ -18,6 +19,7 @@ from htam_graph.rules.analysis.casts import is_noop_cast
 from htam_graph.rules.analysis.constants import inline_trace_constants
 from htam_graph.rules.analysis.decompose import decompose_calls
 from htam_graph.rules.analysis.functional import functional_norm_node, is_functional_norm
+from htam_graph.rules.analysis.reshapes import check_shape_read, is_layout_call, is_shape_read, layout_node
 from htam_graph.rules.analysis.structural import (
     cat_node,
     check_total_scan_loss,
@@ -76,6 +78,8 @@ def normalise(gm: Any, with_shapes: bool) -> OpGraph:
             if not isinstance(value, Ref):
                 raise NotApplicable("the forward does not return a single tensor")
             output = value
+        elif is_shape_read(fx_node):
+            check_shape_read(fx_node)  # each item read becomes a size node (reshapes.py)
         elif is_noop_cast(fx_node, with_shapes):
             names[fx_node] = names[fx_node.args[0]]  # `x.float()` on float32: x itself (casts.py)
         elif _is_values_getitem(fx_node):
@@ -165,6 +169,8 @@ def _call_node(
     shape, dtype = _meta(fx_node, with_shapes)
     if is_adaptive_pool(fx_node, gm):
         return adaptive_pool_node(gm, fx_node, lambda a: _value(a, names), shape, dtype)
+    if is_layout_call(fx_node):
+        return layout_node(fx_node, lambda a: _value(a, names), shape, dtype)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
     if is_functional_norm(fx_node):

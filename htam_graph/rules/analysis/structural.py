@@ -15,6 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from htam_graph.rules.analysis.reshapes import is_shape_item, shape_item_node
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import Const, OpKind, OpNode, Signature, Value, number
 
@@ -49,7 +50,7 @@ def int_valued(fx_node: Any) -> bool:
     )
     import torch.fx
 
-    if fx_node.op == "call_method" and fx_node.target == "size":
+    if (fx_node.op == "call_method" and fx_node.target == "size") or is_shape_item(fx_node):
         return True
     name = getattr(fx_node.target, "__name__", "")
     if fx_node.op != "call_function" or getattr(operator, name, None) is not fx_node.target:
@@ -60,6 +61,8 @@ def int_valued(fx_node: Any) -> bool:
 
 def int_node(fx_node: Any, value: ValueOf) -> OpNode:
     """A size read or integer arithmetic on sizes (STRUCTURAL, shape (), dtype "int")."""
+    if is_shape_item(fx_node):
+        return shape_item_node(fx_node, value)
     args = [value(a) for a in fx_node.args]
     if fx_node.op == "call_method":  # x.size(dim)
         dim = args[1] if len(args) > 1 else value(fx_node.kwargs.get("dim"))

@@ -33,7 +33,14 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
-_RESERVED = {"pid", "offs", "mask", "n_elements", "out_ptr", "out", "grid", "tl", "triton", "torch", "BLOCK"}
+# Names the generated kernels and launchers use for themselves (the elementwise, reduction and composed
+# templates): an operand or scalar argument called so would shadow them (`self.r` against the row index `r`).
+_RESERVED = set(
+    "pid offs offs0 mask mask0 n_elements out_ptr out grid tl triton torch math BLOCK NUM_WARPS"
+    " r r0 r_lanes r_start r_end m s m_j s_j j k d o v tile base cols col_mask keep keep_mask keep_base"
+    " rows row_mask split n_split n_inner n_itiles n_keep n_red n_outer n_tiles out_offs part_offs acc"
+    " acc_sq mean rstd diff shift value result size full_shape row_shape out_shape".split()
+)
 
 # Emitted once into every file with a broadcast operand: the launcher-side half of the index arithmetic.
 BROADCAST_LAYOUT_SOURCE = '''\

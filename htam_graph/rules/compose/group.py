@@ -45,6 +45,8 @@ class Leaf:
     shape: tuple[int, ...]  # as analysed (a per-channel norm parameter viewed as (C, 1, ..., 1))
     broadcast: bool  # False: the leaf has its space's full shape and is read at the flat index
     index: bool = False  # True: cross-entropy's int64 targets, loaded as they are by the reduction's lines
+    # True: broadcast in more than one block of dims; the launcher expands it to its space's shape first
+    expand: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,14 @@ def _leaves(
                 scalars[value.path] = Scalar(
                     value.path, identifier(value.path, taken), f"float(self.{value.path})"
                 )
-            if not isinstance(value, Ref) or value.name in spaces or (value.name, space) in leaves:
+            if isinstance(value, Ref) and _is_int(graph, value.name) and value.name not in scalars:
+                if value.name not in leaf_exprs:
+                    raise NotApplicable(f"the size {value.name} is not computed before the kernel")
+                expr = f"float({leaf_exprs[value.name]})"  # a size read in the forward: a number
+                scalars[value.name] = Scalar(value.name, identifier(value.name, taken), expr)
+            if not isinstance(value, Ref) or value.name in spaces or value.name in scalars:
+                continue
+            if (value.name, space) in leaves:
                 continue
             if value.name not in leaf_exprs:
                 raise NotApplicable(f"{value.name} is computed outside the fusable ops")
@@ -270,10 +279,16 @@ def _leaf(
         raise NotApplicable(f"operand {ref}{list(shape)} does not broadcast onto {list(target)}")
     padded = (1,) * (len(target) - len(shape)) + shape
     dims = [d for d, s in enumerate(padded) if s != 1]
-    if dims and any(padded[d] != target[d] for d in range(dims[0], dims[-1] + 1)):
-        raise NotApplicable(f"operand {ref}{list(shape)} does not broadcast as one block onto {list(target)}")
+    # broadcast over dims between its own (x[:, None, :] against [B, C, F]): expanded by the launcher
+    expand = bool(dims) and any(padded[d] != target[d] for d in range(dims[0], dims[-1] + 1))
     suffix = "_r" if space is Space.REDUCED else ""
-    return Leaf(ref, identifier(ref + suffix, taken), expr, space, shape, shape != target)
+    arg = identifier(ref + suffix, taken)
+    return Leaf(ref, arg, expr, space, shape, shape != target and not expand, expand=expand)
+
+
+def _is_int(graph: OpGraph, name: str) -> bool:
+    node = graph.node(name)
+    return node is not None and node.dtype == "int"
 
 
 def _target_leaf(

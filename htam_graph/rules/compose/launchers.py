@@ -201,9 +201,13 @@ def _row_layout(group: Group, red: Reduction) -> str:
 
 
 def _leaf_lines(leaf: Leaf) -> list[str]:
-    """Contiguous, then the broadcast layout against the space the leaf is read in, or a shape check."""
+    """Contiguous (expanded first when it broadcasts in several blocks), then the broadcast layout against the
+    space the leaf is read in, or a shape check."""
     space = "full_shape" if leaf.space is Space.FULL else "row_shape"
-    lines = [f"{leaf.arg} = {leaf.arg}.contiguous()"]
+    if leaf.expand:
+        lines = [f"{leaf.arg} = {leaf.arg}.expand({space}).contiguous()"]
+    else:
+        lines = [f"{leaf.arg} = {leaf.arg}.contiguous()"]
     if leaf.broadcast:
         lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, {space})")
     else:

@@ -2,10 +2,11 @@
 them.
 
 Walking the forward in order, consecutive elementwise and reducing ops collect into one group; a library op
-(conv, conv-transpose, linear, matmul), a pooling op, a view (unsqueeze, squeeze, .T) or a dropout module ends
-the group and becomes a PyTorch stage. A second reducing op starts a new group. A group's value may leave it
-only through its last op: when an earlier op of the group is also read outside it, the group is cut after that
-op (its value is then written once and read back by the rest). No-op calls (clone, detach, contiguous) are
+(conv, conv-transpose, linear, matmul), a pooling op, a view (unsqueeze, squeeze, .T, reshape, permute,
+slicing), torch.cat, a size read or a dropout module ends the group and becomes a PyTorch stage. A second
+reducing op starts a new group. A group's value may leave it only through its last op: when an earlier op of
+the group is also read outside it, the group is cut after that op (its value is then written once and read
+back by the rest). No-op calls (clone, detach, contiguous) are
 dropped, their readers reading the source.
 """
 
@@ -20,7 +21,7 @@ from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref, Value
 
 __all__ = ["FusedStage", "Stage", "TorchStage", "drop_identities", "partition"]
 
-_TORCH_KINDS = (OpKind.LIBRARY, OpKind.POOL, OpKind.LAYOUT)
+_TORCH_KINDS = (OpKind.LIBRARY, OpKind.POOL, OpKind.LAYOUT, OpKind.STRUCTURAL)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def partition(graph: OpGraph) -> list[Stage]:
     """The stages of `graph` in forward order (see the module docstring). Raises NotApplicable."""
     stages: list[Stage] = []
     run: list[OpNode] = []
-    for node in graph.nodes:
+    for node in _sizes_early(graph.nodes):
         if node.kind is OpKind.ELEMENTWISE or node.kind in REDUCING_KINDS:
             if node.kind in REDUCING_KINDS and any(n.kind in REDUCING_KINDS for n in run):
                 stages.append(FusedStage(tuple(run)))
@@ -70,6 +71,20 @@ def partition(graph: OpGraph) -> list[Stage]:
     if run:
         stages.append(FusedStage(tuple(run)))
     return _single_exits(graph, stages)
+
+
+def _sizes_early(nodes: tuple[OpNode, ...]) -> list[OpNode]:
+    """`nodes` with each integer node (size reads, arithmetic on them) moved up to just after what it reads,
+    so that `n = x.shape[-1]` written between two elementwise ops does not cut their group."""
+    out: list[OpNode] = []
+    for node in nodes:
+        if node.dtype != "int":
+            out.append(node)
+            continue
+        reads = {v.name for v in (*node.operands, *(v for _, v in node.params)) if isinstance(v, Ref)}
+        after = max((i for i, n in enumerate(out) if n.name in reads), default=-1)
+        out.insert(after + 1, node)
+    return out
 
 
 def _single_exits(graph: OpGraph, stages: list[Stage]) -> list[Stage]:

@@ -60,7 +60,8 @@ class SectionWriter:
         for leaf in leaves:
             lines.append(_load(leaf, "", "keep", "keep_mask"))
             self.row_vars[leaf.ref] = leaf.arg
-        render = operand_renderer(lambda ref: self.row_vars[ref], self._scalar_args())
+        scalars = self._scalar_args()
+        render = operand_renderer(lambda ref: scalars.get(ref) or self.row_vars[ref], scalars)
         for node in group.nodes:
             if group.space_of(node.name) is not Space.REDUCED:
                 continue
@@ -95,6 +96,9 @@ class SectionWriter:
         return [*lines, f"{var} = {expr}  # {node.op}"]
 
     def _full_ref(self, ref: str, names: dict[str, str]) -> str:
+        scalars = self._scalar_args()  # a size read in the forward is a scalar argument
+        if ref in scalars:
+            return scalars[ref]
         if ref in names:
             return names[ref]
         if ref in self.row_vars:

@@ -1,0 +1,150 @@
+"""Size reads and the views they feed: `x.shape[i]`, `b, c, h, w = x.shape`, `x.view(b, c // 4, 4, h, w)`,
+`x.reshape(b, -1, self.dim)`, `x.permute(0, 2, 3, 1)` and slicing such as `x[..., :n]`.
+
+- A shape read (`x.shape`, `x.size()`) is not a value of the op graph: each of its items becomes a `size` node
+  (STRUCTURAL, dtype "int", as `x.size(i)` is), so sizes stay symbolic and the generated forward reads them
+  from its tensors at run time (a view written for one input size is right at every other).
+- `view` / `reshape` become one LAYOUT node `reshape` whose operands are the tensor and then each entry of the
+  target shape: a size node, integer arithmetic on sizes, a number or a model attribute (an operand, so the
+  attribute-marking trace can find `self.dim` there).
+- `permute` becomes a LAYOUT node with its dims as a parameter.
+- Indexing a tensor with slices / `...` / `None` / ints becomes a LAYOUT node `index`: its parameter is the
+  subscript written with `{k}` for the k-th bound, the bounds (numbers or size nodes) are its operands.
+
+The composed path keeps all of them as PyTorch calls (compose/torch_calls.py).
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from htam_graph.rules.base import NotApplicable
+from htam_graph.rules.ops import Const, OpKind, OpNode, Value
+
+__all__ = ["is_layout_call", "is_shape_item", "is_shape_read", "layout_node", "shape_item_node"]
+
+ValueOf = Callable[[Any], Value]
+_RESHAPES = ("view", "reshape")
+
+
+def is_shape_read(fx_node: Any) -> bool:
+    """`x.shape` (getattr) or `x.size()` without a dim: a whole torch.Size."""
+    if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
+        return len(fx_node.args) == 2 and fx_node.args[1] == "shape"
+    return (
+        fx_node.op == "call_method"
+        and fx_node.target == "size"
+        and len(fx_node.args) == 1
+        and not (fx_node.kwargs)
+    )
+
+
+def is_shape_item(fx_node: Any) -> bool:
+    """`x.shape[i]` with a constant int i (also what unpacking `b, c = x.shape` traces to)."""
+    import torch.fx
+
+    return (
+        fx_node.op == "call_function"
+        and fx_node.target is operator.getitem
+        and isinstance(fx_node.args[0], torch.fx.Node)
+        and is_shape_read(fx_node.args[0])
+        and type(fx_node.args[1]) is int
+    )
+
+
+def check_shape_read(fx_node: Any) -> None:
+    """A shape read is only supported when every use takes one item of it."""
+    if not all(is_shape_item(user) for user in fx_node.users):
+        raise NotApplicable(f"{fx_node.name}: a torch.Size used other than item by item is not supported")
+
+
+def shape_item_node(fx_node: Any, value: ValueOf) -> OpNode:
+    """`x.shape[i]` as the size node `x.size(i)`."""
+    source = value(fx_node.args[0].args[0])
+    params = (("dim", Const(fx_node.args[1])),)
+    return OpNode(fx_node.name, OpKind.STRUCTURAL, "size", (source,), params, (), "int", None, "Tensor.shape")
+
+
+def is_layout_call(fx_node: Any) -> bool:
+    """view / reshape / permute (method or torch function), or a tensor indexed with slices."""
+    import torch
+
+    if fx_node.op == "call_method":
+        return fx_node.target in (*_RESHAPES, "permute")
+    if fx_node.op != "call_function":
+        return False
+    if fx_node.target in (torch.reshape, torch.permute):
+        return True
+    return fx_node.target is operator.getitem and _is_subscript(fx_node.args[1])
+
+
+def layout_node(fx_node: Any, value: ValueOf, shape: tuple[int, ...], dtype: str) -> OpNode:
+    """The LAYOUT node of a view / reshape / permute / slicing call (see the module docstring)."""
+    import torch
+
+    if fx_node.kwargs:
+        raise NotApplicable(f"{fx_node.name}: keyword arguments to a view are not supported")
+    source, *rest = fx_node.args
+    operand = value(source)
+    if fx_node.target is operator.getitem:
+        template, bounds = _subscript(rest[0], value)
+        return _node(fx_node, "index", (operand, *bounds), (("index", Const(template)),), shape, dtype)
+    entries = _flat(rest)
+    if fx_node.target in ("permute", torch.permute):
+        dims = [value(e) for e in entries]
+        if not all(isinstance(d, Const) and type(d.value) is int for d in dims):
+            raise NotApplicable(f"{fx_node.name}: permute with dims that are not numbers")
+        params = (("dims", Const(tuple(d.value for d in dims))),)  # type: ignore[union-attr]
+        return _node(fx_node, "permute", (operand,), params, shape, dtype)
+    return _node(fx_node, "reshape", (operand, *(value(e) for e in entries)), (), shape, dtype)
+
+
+def _node(
+    fx_node: Any,
+    op: str,
+    operands: tuple[Value, ...],
+    params: tuple[tuple[str, Value], ...],
+    shape: tuple[int, ...],
+    dtype: str,
+) -> OpNode:
+    origin = f"Tensor.{fx_node.target}" if fx_node.op == "call_method" else f"torch.{op}"
+    return OpNode(fx_node.name, OpKind.LAYOUT, op, operands, params, shape, dtype, None, origin)
+
+
+def _flat(args: list[Any]) -> list[Any]:
+    """`f(a, b)` and `f((a, b))` alike: the entries."""
+    if len(args) == 1 and isinstance(args[0], tuple | list):
+        return list(args[0])
+    return list(args)
+
+
+def _is_subscript(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, slice) or i is Ellipsis or i is None for i in items)
+
+
+def _subscript(index: Any, value: ValueOf) -> tuple[str, list[Value]]:
+    """`[..., :{0}]` and its bounds: every int index and slice bound is an operand."""
+    bounds: list[Value] = []
+
+    def bound(item: Any) -> str:
+        if item is None:
+            return ""
+        bounds.append(value(item))
+        return "{" + str(len(bounds) - 1) + "}"
+
+    parts = []
+    for item in index if isinstance(index, tuple) else (index,):
+        if item is Ellipsis:
+            parts.append("...")
+        elif item is None:
+            parts.append("None")
+        elif isinstance(item, slice):
+            text = f"{bound(item.start)}:{bound(item.stop)}"
+            parts.append(text + (f":{bound(item.step)}" if item.step is not None else ""))
+        else:
+            parts.append(bound(item))
+    return "[" + ", ".join(parts) + "]", bounds

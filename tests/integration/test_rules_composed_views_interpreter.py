@@ -1,0 +1,194 @@
+"""Composed kernels around size reads and views (rules/analysis/reshapes.py), under TRITON_INTERPRET=1 on the
+CPU, against the reference Model.
+
+Each case is a small task of this file's own: a view / reshape whose shape is computed from `x.shape`
+(unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat, a
+size used as a number in the arithmetic, and an operand broadcast over dims between its own (`x[:, None]`
+against a [B, C, F] result). The candidate is written once, at the first size set, and run at both: the sizes
+are read at run time, so it must hold at the second (parameters randomised and shared;
+allclose(rtol=1e-4, atol=1e-4)).
+"""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+_checks = runpy.run_path(str(Path(__file__).with_name("sibling_module.py")))["load_sibling"](
+    "composed_checks"
+)
+HEADER, make_task, generate, run_checks = (
+    _checks.HEADER,
+    _checks.make_task,
+    _checks.generate,
+    _checks.run_checks,
+)
+
+# name -> (task source with {placeholders} for the sizes, two size sets, what the forward must keep)
+CASES: dict[str, tuple[str, list[dict[str, int]], str]] = {
+    "conv_depth_to_space_tanh": (
+        """class Model(nn.Module):
+    def __init__(self, cin, cout, r):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout * r * r, 3, padding=1)
+        self.r = r
+
+    def forward(self, x):
+        y = self.conv(x)
+        n, c, h, w = y.shape
+        y = y.view(n, c // (self.r * self.r), self.r, self.r, h, w).permute(0, 1, 4, 2, 5, 3)
+        return torch.tanh(y.reshape(n, -1, h * self.r, w * self.r)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {h}, {w})]
+
+
+def get_init_inputs():
+    return [3, 2, 2]
+""",
+        [{"b": 2, "h": 5, "w": 4}, {"b": 3, "h": 3, "w": 7}],
+        ".permute(",
+    ),
+    "linear_maxout_residual": (
+        """class Model(nn.Module):
+    def __init__(self, f, k):
+        super().__init__()
+        self.fc = nn.Linear(f, f * k)
+        self.f, self.k = f, k
+
+    def forward(self, x):
+        y = self.fc(x).view(x.shape[0], self.f, self.k)
+        return x - 0.5 * torch.amax(y, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {f})]
+
+
+def get_init_inputs():
+    return [{f}, 3]
+""",
+        [{"b": 5, "f": 12}, {"b": 9, "f": 12}],
+        ".reshape(",
+    ),
+    "causal_conv_trim_gelu": (
+        """class Model(nn.Module):
+    def __init__(self, c, k):
+        super().__init__()
+        self.conv = nn.Conv1d(c, c, k, padding=k - 1)
+
+    def forward(self, x):
+        n = x.size(-1)
+        return F.gelu(self.conv(x)[:, :, :n]) + x
+
+
+def get_inputs():
+    return [torch.randn({b}, 4, {n})]
+
+
+def get_init_inputs():
+    return [4, 3]
+""",
+        [{"b": 2, "n": 11}, {"b": 3, "n": 6}],
+        "[:, :, :",
+    ),
+    "channels_last_layer_norm_residual": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm = nn.LayerNorm(c)
+        self.gain = nn.Parameter(torch.randn(c))
+
+    def forward(self, x):
+        y = self.norm(torch.sigmoid(x).permute(0, 2, 3, 1)) * self.gain
+        return x + y.permute(0, 3, 1, 2)
+
+
+def get_inputs():
+    return [torch.randn({b}, 6, {h}, {w})]
+
+
+def get_init_inputs():
+    return [6]
+""",
+        [{"b": 2, "h": 3, "w": 5}, {"b": 1, "h": 4, "w": 4}],
+        ".permute(",
+    ),
+    "pairwise_distance_kernel": (
+        """class Model(nn.Module):
+    def __init__(self, c, f):
+        super().__init__()
+        self.centres = nn.Parameter(torch.randn(c, f))
+
+    def forward(self, x):
+        d = (x.unsqueeze(1) - self.centres).abs().sum(dim=-1)
+        return torch.exp(-0.1 * d)
+
+
+def get_inputs():
+    return [torch.randn({b}, {f})]
+
+
+def get_init_inputs():
+    return [5, {f}]
+""",
+        [{"b": 7, "f": 9}, {"b": 4, "f": 9}],
+        ".expand(",
+    ),
+    "gram_mean_over_size": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        f = x.reshape(b, c, h * w)
+        g = torch.bmm(f, f.transpose(1, 2))
+        return torch.relu(g / (h * w) - 0.1)
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {h}, {w})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 2, "h": 4, "w": 5}, {"b": 3, "h": 6, "w": 2}],
+        "float(",
+    ),
+    "cat_signed_relu_conv": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(x), torch.relu(-x)], dim=1)
+        return torch.sigmoid(self.conv(y)) * x
+
+
+def get_inputs():
+    return [torch.randn({b}, 4, {h}, {h})]
+
+
+def get_init_inputs():
+    return [4]
+""",
+        [{"b": 2, "h": 3}, {"b": 1, "h": 5}],
+        "torch.cat(",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_candidate_with_views_holds_at_another_size(name: str, tmp_path: Path) -> None:
+    template, sizes, kept = CASES[name]
+    sources = [HEADER + template.format(**size) for size in sizes]
+    candidate = generate(make_task(name, sources[0]))
+    assert kept in candidate, f"the forward should contain {kept!r}"
+    errors = run_checks(sources, [candidate, candidate], tmp_path)
+    assert len(errors) == 2 and all(e <= 1e-4 for e in errors), errors
