@@ -1,8 +1,9 @@
 """Composed kernels (fusion.composed_kernels) on a CUDA GPU: the CPU interpreter tests' own small tasks, then
 reductions at GPU sizes whose rows split across programs (phase 0 partial statistics, phase 1 merge).
 
-The cases are those of tests/integration/test_rules_composed_interpreter.py and
-test_rules_composed_split_interpreter.py (read from those files, so the two stay one list). Each candidate is
+The cases are those of tests/integration/test_rules_composed_interpreter.py, _views_interpreter.py and
+_split_interpreter.py (read from those files, so the lists stay one). A views case's candidate is written at
+its first size set and run at both, as on the CPU. Each candidate is
 written by the composed recipe, checked against the reference on the task's inputs and on `signed` copies
 (rules_gpu_support.check_case: same seed, TF32 off, allclose(rtol=1e-4, atol=1e-4)), and the large cases are
 also timed against eager (a RULES_GPU line per case; timings are information, never an assertion).
@@ -28,6 +29,7 @@ pytestmark = [*GPU_MARKS, FP32_STRICT]
 INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
 COMPOSED = runpy.run_path(str(INTEGRATION / "test_rules_composed_interpreter.py"))["CASES"]
+VIEWS = runpy.run_path(str(INTEGRATION / "test_rules_composed_views_interpreter.py"))["CASES"]
 _SPLIT = runpy.run_path(str(INTEGRATION / "test_rules_composed_split_interpreter.py"))
 SPLIT_CASES, SPLIT_TEMPLATE = _SPLIT["CASES"], _SPLIT["TEMPLATE"]
 SMALL = KernelConfig(block=16, num_warps=2)
@@ -79,6 +81,15 @@ def test_composed_kernel_matches_on_cuda(name: str, size: int, tmp_path: Path) -
     template, sizes = COMPOSED[name]
     task = _task(name, HEADER + template.format(**sizes[size]))
     check_case(task, _emit(task), tmp_path)
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_views_candidate_holds_at_another_size_on_cuda(name: str, tmp_path: Path) -> None:
+    template, sizes, kept = VIEWS[name]
+    candidate = _emit(_task(name, HEADER + template.format(**sizes[0])))
+    assert kept in candidate
+    for size in sizes:
+        check_case(_task(name, HEADER + template.format(**size)), candidate, tmp_path)
 
 
 @pytest.mark.parametrize("name", list(SPLIT_CASES))

@@ -2,9 +2,10 @@
 CPU, against the reference Model.
 
 Each case is a small task of this file's own: a view / reshape whose shape is computed from `x.shape`
-(unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat, a
-size used as a number in the arithmetic, and an operand broadcast over dims between its own (`x[:, None]`
-against a [B, C, F] result). The candidate is written once, at the first size set, and run at both: the sizes
+(unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat,
+chunk and split, a size used as a number in the arithmetic, an operand broadcast over dims between its own
+(`x[:, None]` against a [B, C, F] result), an in-place op on the result (`out.mul_(s)`) and a value read by
+two groups. The candidate is written once, at the first size set, and run at both: the sizes
 are read at run time, so it must hold at the second (parameters randomised and shared;
 allclose(rtol=1e-4, atol=1e-4)).
 """
@@ -179,6 +180,74 @@ def get_init_inputs():
     return [4]
 """,
         [{"b": 2, "h": 3}, {"b": 1, "h": 5}],
+        "torch.cat(",
+    ),
+    "gated_halves_of_a_conv": (
+        """class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv1d(c, 2 * c, 3, padding=1)
+
+    def forward(self, x):
+        a, b = self.conv(x).chunk(2, dim=1)
+        first = torch.split(x, 1, dim=1)[0]
+        return torch.tanh(a) * torch.sigmoid(b) + first
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {n})]
+
+
+def get_init_inputs():
+    return [3]
+""",
+        [{"b": 2, "n": 8}, {"b": 3, "n": 5}],
+        "torch.chunk(",
+    ),
+    "in_place_scale_of_a_normalised_output": (
+        """class Model(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.fc = nn.Linear(f, f)
+        self.scale = 1.5
+
+    def forward(self, x):
+        y = torch.tanh(self.fc(x))
+        out = y / torch.norm(y, dim=-1, keepdim=True)
+        out.mul_(self.scale)
+        return out
+
+
+def get_inputs():
+    return [torch.randn({b}, {f})]
+
+
+def get_init_inputs():
+    return [{f}]
+""",
+        [{"b": 3, "f": 10}, {"b": 6, "f": 10}],
+        "truediv -> mul",
+    ),
+    "linear_read_twice_then_cat_layer_norm": (
+        """class Model(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.fc = nn.Linear(f, f)
+        self.norm = nn.LayerNorm(2 * f)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return self.norm(torch.cat([F.relu(y), F.relu(-y)], dim=-1))
+
+
+def get_inputs():
+    return [torch.randn({b}, {f})]
+
+
+def get_init_inputs():
+    return [{f}]
+""",
+        [{"b": 3, "f": 7}, {"b": 5, "f": 7}],
         "torch.cat(",
     ),
 }

@@ -201,7 +201,8 @@ def test_layer_norm_rows_with_a_partial_last_tile(tmp_path: Path) -> None:
     assert (launch["BLOCK_N"], launch["BLOCK_ROWS"], launch["grid"]) == (32, 4, [9])
     assert launch["LN_WEIGHT_MODE"] == launch["LN_BIAS_MODE"] == 1  # per column: [1, BLOCK_N] loads
     assert launch["SCALE_MODE"] == 3  # (7, 1) on (5, 7, 24): constant along each row
-    assert launch["SHIFT_MODE"] == 0  # (7, 24): neither per column nor per row, the flat-index fallback
+    # (7, 24): neither per column nor per row, the flat-index fallback (`shift`, a template local, is renamed)
+    assert launch["T_SHIFT_MODE"] == 0
 
 
 def test_group_norm_after_a_gemm_rows_with_a_partial_last_tile(tmp_path: Path) -> None:

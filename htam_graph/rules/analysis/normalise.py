@@ -19,7 +19,16 @@ from htam_graph.rules.analysis.casts import is_noop_cast
 from htam_graph.rules.analysis.constants import inline_trace_constants
 from htam_graph.rules.analysis.decompose import decompose_calls
 from htam_graph.rules.analysis.functional import functional_norm_node, is_functional_norm
-from htam_graph.rules.analysis.reshapes import check_shape_read, is_layout_call, is_shape_read, layout_node
+from htam_graph.rules.analysis.reshapes import (
+    check_parts_call,
+    check_shape_read,
+    is_layout_call,
+    is_part_item,
+    is_parts_call,
+    is_shape_read,
+    layout_node,
+    part_node,
+)
 from htam_graph.rules.analysis.structural import (
     cat_node,
     check_total_scan_loss,
@@ -80,6 +89,8 @@ def normalise(gm: Any, with_shapes: bool) -> OpGraph:
             output = value
         elif is_shape_read(fx_node):
             check_shape_read(fx_node)  # each item read becomes a size node (reshapes.py)
+        elif is_parts_call(fx_node):
+            check_parts_call(fx_node)  # each item taken becomes a `part` node (reshapes.py)
         elif is_noop_cast(fx_node, with_shapes):
             names[fx_node] = names[fx_node.args[0]]  # `x.float()` on float32: x itself (casts.py)
         elif _is_values_getitem(fx_node):
@@ -96,9 +107,29 @@ def normalise(gm: Any, with_shapes: bool) -> OpGraph:
             node = _call_node(gm, fx_node, names, attrs, with_shapes)
             names[fx_node] = node.name
             nodes.append(node)
+            if _is_in_place(fx_node):
+                names[_mutated(fx_node)] = node.name  # `out.mul_(s)`: later reads of `out` read the result
     if output is None:
         raise NotApplicable("the forward returns nothing")
     return OpGraph(tuple(inputs), tuple(attrs.values()), tuple(nodes), output)
+
+
+def _is_in_place(fx_node: Any) -> bool:
+    target = str(fx_node.target)
+    return fx_node.op == "call_method" and target.endswith("_") and not target.startswith("_")
+
+
+def _mutated(fx_node: Any) -> Any:
+    """The tensor an in-place method writes; one that is, or has, a view would change that view too."""
+    import torch.fx
+
+    mutated = fx_node.args[0]
+    if not isinstance(mutated, torch.fx.Node):
+        raise NotApplicable(f"{fx_node.name}: an in-place op on a constant")
+    viewed = [u for u in mutated.users if u is not fx_node and (is_layout_call(u) or is_part_item(u))]
+    if is_layout_call(mutated) or is_part_item(mutated) or viewed:
+        raise NotApplicable(f"{fx_node.name}: an in-place op on a view or a viewed tensor is not supported")
+    return mutated
 
 
 def _flattened_softmax_node(
@@ -171,6 +202,8 @@ def _call_node(
         return adaptive_pool_node(gm, fx_node, lambda a: _value(a, names), shape, dtype)
     if is_layout_call(fx_node):
         return layout_node(fx_node, lambda a: _value(a, names), shape, dtype)
+    if is_part_item(fx_node):
+        return part_node(fx_node, lambda a: _value(a, names), shape, dtype)
     if fx_node.op == "call_module":
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
     if is_functional_norm(fx_node):

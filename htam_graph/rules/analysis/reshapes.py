@@ -10,6 +10,8 @@
 - `permute` becomes a LAYOUT node with its dims as a parameter.
 - Indexing a tensor with slices / `...` / `None` / ints becomes a LAYOUT node `index`: its parameter is the
   subscript written with `{k}` for the k-th bound, the bounds (numbers or size nodes) are its operands.
+- `a, b = x.chunk(2, dim=1)` (or torch.chunk / split with an int size): the call is not a value; each item
+  taken from it becomes a LAYOUT node `part` (operands: the tensor, then the count or size and the dim).
 
 The composed path keeps all of them as PyTorch calls (compose/torch_calls.py).
 """
@@ -24,10 +26,22 @@ from typing import Any
 from htam_graph.rules.base import NotApplicable
 from htam_graph.rules.ops import Const, OpKind, OpNode, Value
 
-__all__ = ["is_layout_call", "is_shape_item", "is_shape_read", "layout_node", "shape_item_node"]
+__all__ = [
+    "check_parts_call",
+    "check_shape_read",
+    "is_layout_call",
+    "is_parts_call",
+    "is_shape_item",
+    "is_shape_read",
+    "layout_node",
+    "is_part_item",
+    "part_node",
+    "shape_item_node",
+]
 
 ValueOf = Callable[[Any], Value]
 _RESHAPES = ("view", "reshape")
+_PARTS = ("chunk", "split")
 
 
 def is_shape_read(fx_node: Any) -> bool:
@@ -148,3 +162,48 @@ def _subscript(index: Any, value: ValueOf) -> tuple[str, list[Value]]:
         else:
             parts.append(bound(item))
     return "[" + ", ".join(parts) + "]", bounds
+
+
+def is_parts_call(fx_node: Any) -> bool:
+    """`x.chunk(n, dim)` / `torch.chunk` / `x.split(size, dim)` / `torch.split`: a tuple of tensors."""
+    import torch
+
+    if fx_node.op == "call_method":
+        return fx_node.target in _PARTS
+    return fx_node.op == "call_function" and fx_node.target in (torch.chunk, torch.split)
+
+
+def check_parts_call(fx_node: Any) -> None:
+    """Supported when every use takes one item and the count / size is a number (not a list of sizes)."""
+    if not all(_is_item_of(user, fx_node) for user in fx_node.users):
+        raise NotApplicable(f"{fx_node.name}: the parts of a chunk / split are only supported item by item")
+    if len(fx_node.args) < 2 or isinstance(fx_node.args[1], tuple | list):
+        raise NotApplicable(f"{fx_node.name}: a split into a list of sizes is not supported")
+    if set(fx_node.kwargs) - {"dim"}:
+        raise NotApplicable(f"{fx_node.name}: chunk / split with arguments other than (count, dim)")
+
+
+def part_node(fx_node: Any, value: ValueOf, shape: tuple[int, ...], dtype: str) -> OpNode:
+    """`x.chunk(n, d)[i]` as a LAYOUT node `part` (see the module docstring)."""
+    call = fx_node.args[0]
+    dim = call.args[2] if len(call.args) > 2 else call.kwargs.get("dim", 0)
+    name = str(call.target) if call.op == "call_method" else call.target.__name__
+    operands = (value(call.args[0]), value(call.args[1]), value(dim))
+    params = (("call", Const(name)), ("item", Const(fx_node.args[1])))
+    return OpNode(fx_node.name, OpKind.LAYOUT, "part", operands, params, shape, dtype, None, f"torch.{name}")
+
+
+def is_part_item(fx_node: Any) -> bool:
+    """`parts[i]` of a chunk / split call."""
+    import torch.fx
+
+    return (
+        fx_node.op == "call_function"
+        and fx_node.target is operator.getitem
+        and isinstance(fx_node.args[0], torch.fx.Node)
+        and is_parts_call(fx_node.args[0])
+    )
+
+
+def _is_item_of(user: Any, call: Any) -> bool:
+    return is_part_item(user) and user.args[0] is call and type(user.args[1]) is int

@@ -88,26 +88,40 @@ def _sizes_early(nodes: tuple[OpNode, ...]) -> list[OpNode]:
 
 
 def _single_exits(graph: OpGraph, stages: list[Stage]) -> list[Stage]:
-    (
-        """Cut every group after each op whose value is read outside the group (or returned) but is not """
-        """its last."""
-    )
+    """Cut every group after each op whose value is read outside its piece (another stage, a later piece of
+    the same group, or the output) but is not the piece's last: cuts are added until none is needed."""
     out: list[Stage] = []
     for stage in stages:
         if isinstance(stage, TorchStage):
             out.append(stage)
             continue
-        piece: list[OpNode] = []
-        inside = {n.name for n in stage.nodes}
-        for node in stage.nodes:
-            piece.append(node)
-            outside = [u for u in graph.users(node.name) if u.name not in inside]
-            if (outside or graph.output.name == node.name) and node is not stage.nodes[-1]:
-                out.append(FusedStage(tuple(piece)))
-                piece = []
-        if piece:
-            out.append(FusedStage(tuple(piece)))
+        cuts: set[int] = set()
+        while True:
+            pieces = _pieces(stage.nodes, cuts)
+            more = {i for piece in pieces for i in _exits(graph, stage.nodes, piece)} - cuts
+            if not more:
+                break
+            cuts |= more
+        out += [FusedStage(tuple(stage.nodes[i] for i in piece)) for piece in pieces]
     return out
+
+
+def _pieces(nodes: tuple[OpNode, ...], cuts: set[int]) -> list[range]:
+    """The index ranges of `nodes` cut after each index in `cuts`."""
+    bounds = [0, *sorted(c + 1 for c in cuts if c + 1 < len(nodes)), len(nodes)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
+
+
+def _exits(graph: OpGraph, nodes: tuple[OpNode, ...], piece: range) -> list[int]:
+    """Indices in `piece`, other than its last, whose value is read outside the piece or returned."""
+    inside = {nodes[i].name for i in piece}
+    found = []
+    for i in piece[:-1]:
+        node = nodes[i]
+        outside = [u for u in graph.users(node.name) if u.name not in inside]
+        if outside or graph.output.name == node.name:
+            found.append(i)
+    return found
 
 
 def drop_identities(graph: OpGraph) -> OpGraph:

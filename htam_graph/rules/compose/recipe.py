@@ -190,12 +190,13 @@ def _batch_norm_guard(group: Group) -> list[str]:
 def _fold_first_bias(graph: OpGraph) -> OpGraph:
     """A conv / nn.Linear module's bias moved into the kernel after it (library_epilogue.fold_conv_bias):
     cuDNN adds a conv bias in a separate pass over the output, which the kernel reads anyway. Only when the
-    forward starts with that op and every reader of its output is fused."""
+    forward starts with that op and its output has one reader, a fused op (with two, the bias would be a
+    kernel of its own)."""
     if not graph.nodes or graph.nodes[0].kind is not OpKind.LIBRARY:
         return graph
     first = graph.nodes[0]
     users = graph.users(first.name)
-    if not users or any(u.kind is not OpKind.ELEMENTWISE and u.kind not in REDUCING_KINDS for u in users):
+    if len(users) != 1 or users[0].kind is not OpKind.ELEMENTWISE and users[0].kind not in REDUCING_KINDS:
         return graph
     conv = fold_conv_bias(graph, first)
     if conv is not None:

@@ -33,7 +33,7 @@ def torch_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
     source = tensor_expr(graph, node.operands[0], computed)
     if node.kind is OpKind.RANDOM and node.module_path is not None:
         return f"self.{node.module_path}({source})  # PyTorch, unchanged"
-    if node.kind is OpKind.STRUCTURAL or node.op in ("reshape", "permute", "index"):
+    if node.kind is OpKind.STRUCTURAL or node.op in ("reshape", "permute", "index", "part"):
         return f"{_shape_expr(graph, node, computed)}  # PyTorch, unchanged"
     if node.kind is OpKind.LAYOUT and node.op in _VIEWS:
         args = [source] + [
@@ -71,6 +71,10 @@ def _shape_expr(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
         return f"{source}.reshape({', '.join(_int_expr(v, computed) for v in node.operands[1:])})"
     if node.op == "permute":
         return f"{source}.permute({_int_expr(node.param('dims'), computed)})"
+    if node.op == "part":
+        call, item = node.param("call"), node.param("item")
+        count, dim = (_int_expr(v, computed) for v in node.operands[1:])
+        return f"torch.{call.value}({source}, {count}, dim={dim})[{item.value}]"  # type: ignore[union-attr]
     if node.op == "index":
         template = node.param("index")
         assert isinstance(template, Const) and isinstance(template.value, str)
