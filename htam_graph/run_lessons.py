@@ -14,7 +14,10 @@ with the same error (say `AttributeError: 'ModelNew' object has no attribute '_t
 - With a deterministic generator (the offline rules), a step whose candidate raised (no code, a compile or
   runtime error, a crash) *bans* its strategy for the rest of the run while the inputs it was generated from
   are the same (the task is fixed; the base kernel, the run's best so far, may change): the same recipe on the
-  same inputs would raise again."""
+  same inputs would raise again. A strategy whose candidates mismatched the reference twice on the same
+  inputs is banned alike: a tuning recipe writes a new configuration each time, but of the same kernel, which
+  does not become right by tuning (a kernel whose output differs in the last bit where the task compares
+  floats for equality, say)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from htam_graph.model import ErrorKind, LocalWithEvidence
 __all__ = ["RAISED", "RunLessons", "error_class", "inputs_digest"]
 
 RAISED = frozenset({ErrorKind.NO_CODE, ErrorKind.COMPILE_ERROR, ErrorKind.RUNTIME_ERROR, ErrorKind.CRASH})
+MISMATCHES_TO_BAN = 2
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
 
 
@@ -57,8 +61,10 @@ class RunLessons:
     by_class: dict[str, list[str]] = field(default_factory=dict)
     # local key -> failures in repeated classes
     penalties: dict[str, int] = field(default_factory=dict)
-    # (local key, inputs digest) whose candidate raised
+    # (local key, inputs digest) whose candidate raised, or mismatched MISMATCHES_TO_BAN times
     banned: set[tuple[str, str]] = field(default_factory=set)
+    # (local key, inputs digest) -> mismatches
+    mismatches: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def learn(self, local_key: str | None, kind: ErrorKind | None, excerpt: str, inputs: str) -> bool:
         """Take in one step's outcome; True when its failure repeats a class seen earlier in the run."""
@@ -67,6 +73,10 @@ class RunLessons:
             return False
         if kind in RAISED:
             self.banned.add((local_key, inputs))
+        if kind is ErrorKind.MISMATCH:
+            seen = self.mismatches[(local_key, inputs)] = self.mismatches.get((local_key, inputs), 0) + 1
+            if seen >= MISMATCHES_TO_BAN:
+                self.banned.add((local_key, inputs))
         earlier = self.by_class.setdefault(klass, [])
         earlier.append(local_key)
         # every failure in a class that occurred more than once counts against its strategy
@@ -89,5 +99,5 @@ class RunLessons:
         return [c for c in candidates if self.penalty(c.strategy.key) == lowest]
 
     def banned_locals(self, inputs: str) -> set[str]:
-        """Strategies whose candidate raised in this run on these same inputs."""
+        """Strategies whose candidate raised (or mismatched twice) in this run on these same inputs."""
         return {key for key, digest in self.banned if digest == inputs}

@@ -51,3 +51,13 @@ def test_a_strategy_whose_candidate_raised_is_banned_on_the_same_inputs_only() -
     lessons.learn("c", ErrorKind.COMPILE_ERROR, "CompilationError: bad", ref)
     assert lessons.banned_locals(ref) == {"a", "c"}
     assert lessons.banned_locals(better) == set()
+
+
+def test_a_strategy_that_mismatched_twice_on_the_same_inputs_is_banned() -> None:
+    lessons = RunLessons()
+    ref, better = inputs_digest("reference"), inputs_digest("a faster kernel")
+    lessons.learn("tune", ErrorKind.MISMATCH, "outside tolerance", ref)
+    lessons.learn("tune", ErrorKind.MISMATCH, "outside tolerance", better)  # other inputs: counted apart
+    assert lessons.banned_locals(ref) == set() and lessons.banned_locals(better) == set()
+    lessons.learn("tune", ErrorKind.MISMATCH, "outside tolerance", ref)
+    assert lessons.banned_locals(ref) == {"tune"} and lessons.banned_locals(better) == set()
