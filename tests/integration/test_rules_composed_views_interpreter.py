@@ -4,7 +4,7 @@ CPU, against the reference Model.
 Each case is a small task of this file's own: a view / reshape whose shape is computed from `x.shape`
 (unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat,
 chunk and split, a size used as a number in the arithmetic, an operand broadcast over dims between its own
-(`x[:, None]` against a [B, C, F] result), an in-place op on the result (`out.mul_(s)`) and a value read by
+(`x[:, None]` against a [B, C, F] result, and in three blocks), an in-place op on the result (`out.mul_(s)`) and a value read by
 two groups. The candidate is written once, at the first size set, and run at both: the sizes
 are read at run time, so it must hold at the second (parameters randomised and shared;
 allclose(rtol=1e-4, atol=1e-4)).
@@ -137,6 +137,27 @@ def get_init_inputs():
     return [5, {f}]
 """,
         [{"b": 7, "f": 9}, {"b": 4, "f": 9}],
+        "broadcast_blocks(",
+    ),
+    "three_block_broadcast_row_sum": (
+        """class Model(nn.Module):
+    def __init__(self, c, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(c, 1, d, 1))
+
+    def forward(self, x):
+        y = x[:, None, :, None, :] * self.w
+        return torch.tanh(y).sum(dim=-1)
+
+
+def get_inputs():
+    return [torch.randn({b}, {f}, 5)]
+
+
+def get_init_inputs():
+    return [3, 4]
+""",
+        [{"b": 2, "f": 6}, {"b": 3, "f": 4}],
         ".expand(",
     ),
     "gram_mean_over_size": (

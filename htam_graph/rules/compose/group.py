@@ -45,7 +45,9 @@ class Leaf:
     shape: tuple[int, ...]  # as analysed (a per-channel norm parameter viewed as (C, 1, ..., 1))
     broadcast: bool  # False: the leaf has its space's full shape and is read at the flat index
     index: bool = False  # True: cross-entropy's int64 targets, loaded as they are by the reduction's lines
-    # True: broadcast in more than one block of dims; the launcher expands it to its space's shape first
+    # broadcast in two blocks of dims (x[:, None, :] against [B, C, F]): read with two (inner, size) pairs
+    two_blocks: bool = False
+    # broadcast in more blocks: the launcher expands it to its space's shape first
     expand: bool = False
 
 
@@ -278,12 +280,20 @@ def _leaf(
     if not _broadcasts(shape, target):
         raise NotApplicable(f"operand {ref}{list(shape)} does not broadcast onto {list(target)}")
     padded = (1,) * (len(target) - len(shape)) + shape
-    dims = [d for d, s in enumerate(padded) if s != 1]
-    # broadcast over dims between its own (x[:, None, :] against [B, C, F]): expanded by the launcher
-    expand = bool(dims) and any(padded[d] != target[d] for d in range(dims[0], dims[-1] + 1))
+    blocks = broadcast_blocks(padded, target)
     suffix = "_r" if space is Space.REDUCED else ""
     arg = identifier(ref + suffix, taken)
-    return Leaf(ref, arg, expr, space, shape, shape != target and not expand, expand=expand)
+    broadcast = shape != target and blocks <= 2
+    return Leaf(ref, arg, expr, space, shape, broadcast, two_blocks=blocks == 2, expand=blocks > 2)
+
+
+def broadcast_blocks(padded: tuple[int, ...], target: tuple[int, ...]) -> int:
+    """How many runs of the operand's non-1 dims are separated by a dim it broadcasts over."""
+    dims = [d for d, s in enumerate(padded) if s != 1]
+    gaps = sum(
+        1 for a, b in zip(dims, dims[1:], strict=False) if any(target[d] != 1 for d in range(a + 1, b))
+    )
+    return len(dims) and 1 + gaps
 
 
 def _is_int(graph: OpGraph, name: str) -> bool:
@@ -339,3 +349,11 @@ def _affine(
         raise NotApplicable(f"{reduction.node.op}'s affine operand {name} is not a vector")
     spatial = rank - 2
     return (shape[0],) + (1,) * spatial, f"{leaf_exprs[name]}.view(-1{', 1' * spatial})"
+
+
+def layout_args(leaf: Leaf) -> list[str]:
+    """The broadcast layout arguments of a leaf, in the launch and the kernel's parameters alike."""
+    if not leaf.broadcast:
+        return []
+    pairs = [f"{leaf.arg}_inner", f"{leaf.arg}_size"]
+    return [*pairs, f"{leaf.arg}_inner2", f"{leaf.arg}_size2"] if leaf.two_blocks else pairs

@@ -18,7 +18,7 @@ from __future__ import annotations
 from htam_graph.rules.codegen import template
 from htam_graph.rules.codegen.fused_elementwise import operand_renderer
 from htam_graph.rules.compose.cross_entropy import target_load
-from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space
+from htam_graph.rules.compose.group import DTYPE_EPS, Group, Space, layout_args
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.sections import SectionWriter
 from htam_graph.rules.compose.stats import (
@@ -198,6 +198,6 @@ def _eps(group: Group, red: Reduction) -> str | None:
 def _params(group: Group, middle: list[str]) -> list[str]:
     """The kernel's parameters: leaf pointers, `middle`, broadcast layouts, scalars (one per line)."""
     params = [f"{leaf.arg}_ptr" for leaf in group.leaves] + middle
-    params += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in group.leaves if leaf.broadcast]
+    params += [layout for leaf in group.leaves for layout in layout_args(leaf)]
     params += [s.arg for s in group.scalars if s.in_kernel]
     return [f"{p}," for p in params]

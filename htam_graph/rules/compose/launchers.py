@@ -10,11 +10,33 @@ import textwrap
 
 from htam_graph.rules.base import KernelConfig
 from htam_graph.rules.codegen import template
-from htam_graph.rules.compose.group import GROUP_COUNT, Group, Leaf, Space
+from htam_graph.rules.compose.group import GROUP_COUNT, Group, Leaf, Space, layout_args
 from htam_graph.rules.compose.reducers import Reduction
 from htam_graph.rules.compose.stats import PARTIALS
 
-__all__ = ["ROW_HELPERS_SOURCE", "constants", "launcher_source"]
+__all__ = ["BROADCAST_BLOCKS_SOURCE", "ROW_HELPERS_SOURCE", "constants", "launcher_source"]
+
+# Emitted into every composed file with an operand broadcast in two blocks of dims.
+BROADCAST_BLOCKS_SOURCE = '''\
+def broadcast_blocks(shape: torch.Size, out_shape: torch.Size) -> tuple[int, int, int, int]:
+    """(inner_a, size_a, inner_b, size_b): element i of the flat output reads element
+    ((i // inner_a) % size_a) * size_b + (i // inner_b) % size_b of the contiguous operand, whose non-1 dims
+    (right-aligned against the output) are two blocks a and b of the output's dims (x[:, None, :] against
+    [B, C, F]: a = (B,), b = (F,))."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    dims = [d for d, s in enumerate(padded) if s != 1]
+    gaps = [any(out_shape[d] != 1 for d in range(a + 1, b)) for a, b in zip(dims, dims[1:])]
+    cut = gaps.index(True)
+    blocks = [dims[: cut + 1], dims[cut + 1 :]]
+    for block in blocks:
+        if any(padded[d] != out_shape[d] for d in range(block[0], block[-1] + 1)):
+            raise ValueError(f"operand shape {tuple(shape)} is not two blocks of {tuple(out_shape)}")
+    (a0, a1), (b0, b1) = ((block[0], block[-1]) for block in blocks)
+    return (
+        math.prod(out_shape[a1 + 1 :]), math.prod(padded[a0 : a1 + 1]),
+        math.prod(out_shape[b1 + 1 :]), math.prod(padded[b0 : b1 + 1]),
+    )
+'''
 
 ROW_HELPERS_SOURCE = '''\
 SPLIT_TARGET_PROGRAMS = 1024  # fewer row tiles than this: split each row's reduced range across programs
@@ -148,7 +170,7 @@ def launcher_source(group: Group, name: str, kernel_name: str) -> str:
     red = group.reduction
     args = [leaf.arg for leaf in leaves] + ["out"]
     args += ["n_elements"] if red is None else ["n_keep", "n_red", "inner", "n_split", "red_per_split"]
-    args += [f"{leaf.arg}_inner, {leaf.arg}_size" for leaf in leaves if leaf.broadcast]
+    args += [layout for leaf in leaves for layout in layout_args(leaf)]
     args += [s.arg for s in group.scalars if s.in_kernel]
     if red is None:
         grid = template.fill(_FLAT_GRID, upper=upper)
@@ -208,7 +230,9 @@ def _leaf_lines(leaf: Leaf) -> list[str]:
         lines = [f"{leaf.arg} = {leaf.arg}.expand({space}).contiguous()"]
     else:
         lines = [f"{leaf.arg} = {leaf.arg}.contiguous()"]
-    if leaf.broadcast:
+    if leaf.two_blocks:
+        lines.append(f"{', '.join(layout_args(leaf))} = broadcast_blocks({leaf.arg}.shape, {space})")
+    elif leaf.broadcast:
         lines.append(f"{leaf.arg}_inner, {leaf.arg}_size = broadcast_layout({leaf.arg}.shape, {space})")
     else:
         lines.append(template.fill(_SHAPE_CHECK, arg=leaf.arg, space=space))

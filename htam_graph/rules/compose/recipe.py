@@ -21,7 +21,12 @@ from htam_graph.rules.codegen.triton_math import helper_sources
 from htam_graph.rules.compose.cross_entropy import expand_cross_entropy
 from htam_graph.rules.compose.group import Group, build_group
 from htam_graph.rules.compose.kernels import kernel_source
-from htam_graph.rules.compose.launchers import ROW_HELPERS_SOURCE, constants, launcher_source
+from htam_graph.rules.compose.launchers import (
+    BROADCAST_BLOCKS_SOURCE,
+    ROW_HELPERS_SOURCE,
+    constants,
+    launcher_source,
+)
 from htam_graph.rules.compose.partition import FusedStage, Stage, TorchStage, drop_identities, partition
 from htam_graph.rules.compose.reducers import REDUCING_KINDS
 from htam_graph.rules.compose.stats import PROD_COMBINE
@@ -134,6 +139,8 @@ def composed_parts(
         consts += constants(name, config)
     reducing = [g for g in plan.groups.values() if g.reduction is not None]
     extra = [BROADCAST_LAYOUT_SOURCE] if plan.groups else []
+    if any(leaf.two_blocks for g in plan.groups.values() for leaf in g.leaves):
+        extra.append(BROADCAST_BLOCKS_SOURCE)
     if reducing:
         extra.append(ROW_HELPERS_SOURCE)
     combine = [PROD_COMBINE] if any(g.reduction and g.reduction.family == "prod" for g in reducing) else []

@@ -130,4 +130,6 @@ class SectionWriter:
 
 def _load(leaf: Leaf, suffix: str, offs: str, mask: str) -> str:
     index = f"({offs} // {leaf.arg}_inner) % {leaf.arg}_size" if leaf.broadcast else offs
+    if leaf.two_blocks:
+        index = f"({index}) * {leaf.arg}_size2 + ({offs} // {leaf.arg}_inner2) % {leaf.arg}_size2"
     return f"{leaf.arg}{suffix} = tl.load({leaf.arg}_ptr + {index}, mask={mask}, other=0.0).to(tl.float32)"
