@@ -22,12 +22,16 @@ from htam_graph.rules.analysis.functional import functional_norm_node, is_functi
 from htam_graph.rules.analysis.reshapes import (
     check_parts_call,
     check_shape_read,
+    is_in_place,
     is_layout_call,
     is_part_item,
     is_parts_call,
     is_shape_read,
+    is_transpose_attr,
     layout_node,
+    mutated_tensor,
     part_node,
+    transpose_node,
 )
 from htam_graph.rules.analysis.structural import (
     cat_node,
@@ -95,8 +99,8 @@ def normalise(gm: Any, with_shapes: bool) -> OpGraph:
             names[fx_node] = names[fx_node.args[0]]  # `x.float()` on float32: x itself (casts.py)
         elif _is_values_getitem(fx_node):
             names[fx_node] = names[fx_node.args[0]]  # `torch.min(x, dim)[0]`: the reduction node itself
-        elif _is_transpose_attr(fx_node):
-            node = _transpose_node(fx_node, names, with_shapes)
+        elif is_transpose_attr(fx_node):
+            node = transpose_node(fx_node, _value(fx_node.args[0], names), _meta(fx_node, with_shapes))
             names[fx_node] = node.name
             nodes.append(node)
         elif _is_min_max_over_dim(fx_node):
@@ -107,29 +111,13 @@ def normalise(gm: Any, with_shapes: bool) -> OpGraph:
             node = _call_node(gm, fx_node, names, attrs, with_shapes)
             names[fx_node] = node.name
             nodes.append(node)
-            if _is_in_place(fx_node):
-                names[_mutated(fx_node)] = node.name  # `out.mul_(s)`: later reads of `out` read the result
+            if is_in_place(fx_node):
+                names[mutated_tensor(fx_node)] = (
+                    node.name
+                )  # `out.mul_(s)`: later reads of `out` read the result
     if output is None:
         raise NotApplicable("the forward returns nothing")
     return OpGraph(tuple(inputs), tuple(attrs.values()), tuple(nodes), output)
-
-
-def _is_in_place(fx_node: Any) -> bool:
-    target = str(fx_node.target)
-    return fx_node.op == "call_method" and target.endswith("_") and not target.startswith("_")
-
-
-def _mutated(fx_node: Any) -> Any:
-    """The tensor an in-place method writes; one that is, or has, a view would change that view too."""
-    import torch.fx
-
-    mutated = fx_node.args[0]
-    if not isinstance(mutated, torch.fx.Node):
-        raise NotApplicable(f"{fx_node.name}: an in-place op on a constant")
-    viewed = [u for u in mutated.users if u is not fx_node and (is_layout_call(u) or is_part_item(u))]
-    if is_layout_call(mutated) or is_part_item(mutated) or viewed:
-        raise NotApplicable(f"{fx_node.name}: an in-place op on a view or a viewed tensor is not supported")
-    return mutated
 
 
 def _flattened_softmax_node(
@@ -263,21 +251,6 @@ def _is_values_attr(fx_node: Any) -> bool:
     return (
         fx_node.op == "call_function" and fx_node.target is builtins.getattr and fx_node.args[1] == "values"
     )
-
-
-def _is_transpose_attr(fx_node: Any) -> bool:
-    """`w.T` (traced as getattr(node, "T")): a view; ShapeProp has checked it is the 2-d transpose."""
-    import builtins
-
-    return fx_node.op == "call_function" and fx_node.target is builtins.getattr and fx_node.args[1] == "T"
-
-
-def _transpose_node(fx_node: Any, names: dict[Any, str], with_shapes: bool) -> OpNode:
-    shape, dtype = _meta(fx_node, with_shapes)
-    if with_shapes and len(shape) != 2:
-        raise NotApplicable(f"{fx_node.name}: .T of a tensor that is not 2-d")
-    operand = _value(fx_node.args[0], names)
-    return OpNode(fx_node.name, OpKind.LAYOUT, "t", (operand,), (), shape, dtype, None, "Tensor.T")
 
 
 def _values_reduction(fx_node: Any, names: dict[Any, str], with_shapes: bool) -> OpNode:

@@ -29,14 +29,18 @@ from htam_graph.rules.ops import Const, OpKind, OpNode, Value
 __all__ = [
     "check_parts_call",
     "check_shape_read",
+    "is_in_place",
     "is_layout_call",
+    "is_part_item",
     "is_parts_call",
     "is_shape_item",
     "is_shape_read",
+    "is_transpose_attr",
     "layout_node",
-    "is_part_item",
+    "mutated_tensor",
     "part_node",
     "shape_item_node",
+    "transpose_node",
 ]
 
 ValueOf = Callable[[Any], Value]
@@ -58,14 +62,18 @@ def is_shape_read(fx_node: Any) -> bool:
 
 def is_shape_item(fx_node: Any) -> bool:
     """`x.shape[i]` with a constant int i (also what unpacking `b, c = x.shape` traces to)."""
+    return _item_of(fx_node, is_shape_read) and type(fx_node.args[1]) is int
+
+
+def _item_of(fx_node: Any, source: Callable[[Any], bool]) -> bool:
+    """`v[...]` where v is an fx node for which `source` holds."""
     import torch.fx
 
     return (
         fx_node.op == "call_function"
         and fx_node.target is operator.getitem
         and isinstance(fx_node.args[0], torch.fx.Node)
-        and is_shape_read(fx_node.args[0])
-        and type(fx_node.args[1]) is int
+        and source(fx_node.args[0])
     )
 
 
@@ -195,15 +203,41 @@ def part_node(fx_node: Any, value: ValueOf, shape: tuple[int, ...], dtype: str) 
 
 def is_part_item(fx_node: Any) -> bool:
     """`parts[i]` of a chunk / split call."""
-    import torch.fx
-
-    return (
-        fx_node.op == "call_function"
-        and fx_node.target is operator.getitem
-        and isinstance(fx_node.args[0], torch.fx.Node)
-        and is_parts_call(fx_node.args[0])
-    )
+    return _item_of(fx_node, is_parts_call)
 
 
 def _is_item_of(user: Any, call: Any) -> bool:
     return is_part_item(user) and user.args[0] is call and type(user.args[1]) is int
+
+
+def is_transpose_attr(fx_node: Any) -> bool:
+    """`w.T` (traced as getattr(node, "T")): a view; ShapeProp has checked it is the 2-d transpose."""
+    return fx_node.op == "call_function" and fx_node.target is builtins.getattr and fx_node.args[1] == "T"
+
+
+def transpose_node(fx_node: Any, operand: Value, meta: tuple[tuple[int, ...], str]) -> OpNode:
+    """`w.T` as the LAYOUT node `t` (`meta`: the result's shape and dtype, () and "" without shapes)."""
+    shape, dtype = meta
+    if shape and len(shape) != 2:
+        raise NotApplicable(f"{fx_node.name}: .T of a tensor that is not 2-d")
+    return OpNode(fx_node.name, OpKind.LAYOUT, "t", (operand,), (), shape, dtype, None, "Tensor.T")
+
+
+def is_in_place(fx_node: Any) -> bool:
+    """`out.mul_(s)`: a tensor method that writes its first operand."""
+    target = str(fx_node.target)
+    return fx_node.op == "call_method" and target.endswith("_") and not target.startswith("_")
+
+
+def mutated_tensor(fx_node: Any) -> Any:
+    """The tensor an in-place method writes (later reads of it read the method's result); one that is, or has,
+    a view is not supported: the write would change that view too."""
+    import torch.fx
+
+    mutated = fx_node.args[0]
+    if not isinstance(mutated, torch.fx.Node):
+        raise NotApplicable(f"{fx_node.name}: an in-place op on a constant")
+    viewed = [u for u in mutated.users if u is not fx_node and (is_layout_call(u) or is_part_item(u))]
+    if is_layout_call(mutated) or is_part_item(mutated) or viewed:
+        raise NotApplicable(f"{fx_node.name}: an in-place op on a view or a viewed tensor is not supported")
+    return mutated

@@ -6,8 +6,7 @@ Walking the forward in order, consecutive elementwise and reducing ops collect i
 slicing), torch.cat, a size read or a dropout module ends the group and becomes a PyTorch stage. A second
 reducing op starts a new group. A group's value may leave it only through its last op: when an earlier op of
 the group is also read outside it, the group is cut after that op (its value is then written once and read
-back by the rest). No-op calls (clone, detach, contiguous) are
-dropped, their readers reading the source.
+back by the rest). No-op calls (clone, detach, contiguous) are dropped, their readers reading the source.
 """
 
 from __future__ import annotations
