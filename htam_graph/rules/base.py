@@ -174,6 +174,9 @@ class PlannedRecipe(ABC, Generic[P]):
 
     key: str  # the LocalStrategy key it implements
     default_config: KernelConfig
+    # True: the recipe writes every op it does not replace as the reference's own call, so it accepts ops the
+    # rules do not know (CALL nodes, analysis/calls.py); every other recipe is not applicable to them
+    keeps_calls = False
 
     @abstractmethod
     def plan(self, view: TaskView) -> P:
@@ -188,10 +191,17 @@ class PlannedRecipe(ABC, Generic[P]):
 
     def check(self, view: TaskView) -> Applicability:
         try:
-            self.probe(view, self.plan(view))
+            self.probe(view, self._plan(view))
         except NotApplicable as e:
             return Applicability.no(str(e))
         return Applicability.yes()
 
     def emit(self, view: TaskView, config: KernelConfig) -> str:
-        return self.render(view, self.plan(view), config)
+        return self.render(view, self._plan(view), config)
+
+    def _plan(self, view: TaskView) -> P:
+        if not self.keeps_calls:
+            called = [n.op for n in view.graph.nodes if n.kind == "call"]
+            if called:
+                raise NotApplicable(f"{called[0]} is an op this recipe does not know (kept as a call)")
+        return self.plan(view)

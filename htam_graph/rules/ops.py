@@ -63,7 +63,7 @@ class OpKind(StrEnum):
     )
     NORM = "norm"  # nn.LayerNorm / GroupNorm / InstanceNorm*d / BatchNorm*d / RMSNorm and their F.* forms
     POOL = "pool"  # max_pool{1,2,3}d / avg_pool{1,2,3}d (window parameters in params)
-    LAYOUT = "layout"  # unsqueeze (a view) and diag (a vector -> a diagonal matrix): no arithmetic
+    LAYOUT = "layout"  # views (unsqueeze, reshape, permute, slicing, ...) and diag: no arithmetic
     IDENTITY = "identity"  # clone / detach / contiguous: the same values (algebraic_rewrite.drop_noops)
     RANDOM = "random"  # nn.Dropout: the identity only in eval mode or with p = 0 (never assumed statically)
     TOTAL = "total"  # sum / mean over every element (no dim): a 0-d result
@@ -72,6 +72,9 @@ class OpKind(StrEnum):
     # size() and int arithmetic on it, narrow, select, zeros_like, cat: index bookkeeping that only a recipe
     # proving the whole pattern (e.g. an exclusive scan written as cat + narrow) may use
     STRUCTURAL = "structural"
+    # a torch / torch.nn.functional function or tensor method the rules do not know (einsum, flip, pad, ...),
+    # called as the reference called it; only recipes that keep calls (the composed path) accept it
+    CALL = "call"
 
 
 @dataclass(frozen=True)

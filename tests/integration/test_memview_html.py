@@ -164,7 +164,7 @@ def test_headless_chromium_draws_the_graph(store_factory: Any, tmp_path: Path) -
     empty_page.write_text(render_html(ViewData(data.globals_[:0], [], [], None, 1)), encoding="utf-8")
     green, red = gain_color(0.6), gain_color(-0.6)  # gb (and gb.y) are green, gc (and gc.z) red
     shot, empty_shot = tmp_path / "view.png", tmp_path / "empty.png"
-    for wait_ms in (8000, 20000):  # a slow, shared CI machine gets a second, longer look
+    for wait_ms in (8000, 20000, 45000):  # a slow, shared CI machine gets longer looks
         screenshot(page, shot, wait_ms)
         if colour_pixels(shot, green) > 500 and colour_pixels(shot, red) > 500:
             break

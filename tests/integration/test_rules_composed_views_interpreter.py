@@ -1,13 +1,14 @@
-"""Composed kernels around size reads and views (rules/analysis/reshapes.py), under TRITON_INTERPRET=1 on the
-CPU, against the reference Model.
+"""Composed kernels around size reads, views and calls kept as written (rules/analysis/reshapes.py, calls.py),
+under TRITON_INTERPRET=1 on the CPU, against the reference Model.
 
 Each case is a small task of this file's own: a view / reshape whose shape is computed from `x.shape`
 (unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat,
 chunk and split, a size used as a number in the arithmetic, an operand broadcast over dims between its own
-(`x[:, None]` against a [B, C, F] result, and in three blocks), an in-place op on the result (`out.mul_(s)`) and a value read by
-two groups. The candidate is written once, at the first size set, and run at both: the sizes
-are read at run time, so it must hold at the second (parameters randomised and shared;
-allclose(rtol=1e-4, atol=1e-4)).
+(`x[:, None]` against a [B, C, F] result, and in three blocks), an in-place op on the result
+(`out.mul_(s)`), a value read by two groups, row sums of one shape dividing a result of another, and ops
+the rules do not know (einsum, roll, flip, pad) kept as the calls the reference made. The candidate is
+written once, at the first size set, and run at both: the sizes are read at run time, so it must hold at
+the second (parameters randomised and shared; allclose(rtol=1e-4, atol=1e-4)).
 """
 
 from __future__ import annotations
@@ -271,6 +272,50 @@ def get_init_inputs():
         [{"b": 3, "f": 7}, {"b": 5, "f": 7}],
         "torch.cat(",
     ),
+    "ops_kept_as_calls": (
+        """class Model(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.proto = nn.Parameter(torch.randn(5, f))
+        self.step = 2
+
+    def forward(self, x):
+        s = torch.einsum("bf,cf->bc", F.normalize(x, dim=-1), self.proto)
+        s = torch.roll(s, self.step, 1).flip([0])
+        return F.pad(torch.tanh(s), (1, self.step)) * 3.0
+
+
+def get_inputs():
+    return [torch.randn({b}, {f})]
+
+
+def get_init_inputs():
+    return [{f}]
+""",
+        [{"b": 4, "f": 6}, {"b": 7, "f": 6}],
+        "torch.einsum(",
+    ),
+    "row_sums_of_another_shape_divide_a_bmm": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, v):
+        agg = torch.bmm(a, v)
+        deg = a.abs().sum(dim=-1, keepdim=True) + 1.0
+        return torch.tanh(agg / deg)
+
+
+def get_inputs():
+    return [torch.randn({b}, {n}, {n}), torch.randn({b}, {n}, 3)]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 2, "n": 5}, {"b": 3, "n": 4}],
+        "torch.bmm(",
+    ),
 }
 
 
@@ -282,3 +327,24 @@ def test_a_candidate_with_views_holds_at_another_size(name: str, tmp_path: Path)
     assert kept in candidate, f"the forward should contain {kept!r}"
     errors = run_checks(sources, [candidate, candidate], tmp_path)
     assert len(errors) == 2 and all(e <= 1e-4 for e in errors), errors
+
+
+def test_only_recipes_that_keep_calls_accept_an_unknown_op() -> None:
+    """`x.sum(dim=1)` gets the dim-reduction recipe; after a `torch.roll` (a CALL node) only the composed and
+    3xTF32 recipes, which write every op they do not replace as the reference's call, may apply."""
+    from htam_graph.rules.generator import task_view
+    from htam_graph.rules.recipes import default_recipes
+
+    body = (
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        return {}.sum(dim=1)\n\n\n"
+    )
+    tail = "def get_inputs():\n    return [torch.randn(4, 64)]\n\n\ndef get_init_inputs():\n    return []\n"
+    plain, rolled = (
+        make_task(n, HEADER + body.format(e) + tail) for n, e in (("p", "x"), ("r", "torch.roll(x, 1, 1)"))
+    )
+    recipes = default_recipes()
+    assert recipes["reduction_structure.dim_reduction"].check(task_view(plain))
+    verdict = recipes["reduction_structure.dim_reduction"].check(task_view(rolled))
+    assert not verdict and "kept as a call" in verdict.reason
+    assert recipes["fusion.composed_kernels"].check(task_view(rolled))

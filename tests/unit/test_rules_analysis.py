@@ -93,9 +93,9 @@ def test_gelu_tanh_approximation_is_captured() -> None:
         ("        if x.sum() > 0:\n            return x\n        return -x", "trace"),
         ("        return torch.max(x, dim=1)[1]", "not a tensor"),
         ("        return torch.max(x, 1)", "not a tensor"),
-        ("        return x.unfold(1, 2, 1)", "unfold"),
+        ("        return torch.rand_like(x) * x", "rand_like"),
+        ("        return x.exponential_()", "exponential_"),
         ("        s = x.shape\n        return x.view(s)", "torch.Size used other than item by item"),
-        ("        return torch.roll(x, 1, 1)", "roll"),
         ("        return torch.add(x, x, alpha=2)", "alpha"),
         ("        return torch.softmax(x, dim=1, dtype=torch.float64)", "dtype"),
     ],
@@ -115,6 +115,21 @@ def test_size_reads_and_views_stay_symbolic() -> None:
     assert reshape.operands[1:] == (Ref(graph.nodes[0].name), Ref(graph.nodes[2].name), Const(2))
     assert permute.param("dims") == Const((0, 2, 1)) and permute.kind is OpKind.LAYOUT
     assert index.param("index") == Const("[..., :{0}]") and index.operands[1] == Ref(graph.nodes[0].name)
+
+
+def test_ops_the_tables_do_not_know_are_kept_as_calls() -> None:
+    """`torch.roll`, `x.repeat`, `torch.einsum`: CALL nodes with the argument list as written; only recipes that
+    keep calls (the composed path) accept the graph."""
+    forward = (
+        "        y = torch.roll(x, 1, 1).repeat([1, 2])\n        return torch.einsum('ij,kj->ik', y, y) * 2.0"
+    )
+    graph = analyse_source(task(forward))
+    roll, repeat, einsum, mul = graph.nodes
+    assert [n.kind for n in (roll, repeat, einsum)] == [OpKind.CALL] * 3 and mul.kind is OpKind.ELEMENTWISE
+    assert roll.param("call") == Const("torch.roll") and roll.param("template") == Const("{0}, {1}, {2}")
+    assert roll.operands == (Ref("x"), Const(1), Const(1))
+    assert repeat.param("call") == Const(".repeat") and repeat.param("template") == Const("{0}, ({1}, {2}, )")
+    assert einsum.param("template") == Const("'ij,kj->ik', {0}, {1}")
 
 
 def test_a_broken_task_source_is_not_applicable() -> None:

@@ -15,6 +15,7 @@ import operator
 from typing import Any
 
 from htam_graph.rules.analysis.adaptive import adaptive_pool_node, is_adaptive_pool
+from htam_graph.rules.analysis.calls import call_node, callable_name
 from htam_graph.rules.analysis.casts import is_noop_cast
 from htam_graph.rules.analysis.constants import inline_trace_constants
 from htam_graph.rules.analysis.decompose import decompose_calls
@@ -196,6 +197,9 @@ def _call_node(
         return _module_node(gm, fx_node, names, attrs, shape, dtype)
     if is_functional_norm(fx_node):
         return functional_norm_node(fx_node, lambda a: _value(a, names), shape, dtype)
+    name = callable_name(fx_node)
+    if name is not None and _signature_or_none(fx_node) is None:
+        return call_node(fx_node, lambda a: _value(a, names), shape, dtype, name)  # kept as called (calls.py)
     if fx_node.op == "call_function":
         sig = _function_signature(fx_node.target)
         origin = f"{getattr(fx_node.target, '__module__', None) or 'torch'}.{fx_node.target.__name__}"
@@ -218,6 +222,16 @@ def _call_node(
     _check_semantics(sig, operands, params)
     kind = refined_kind(sig, params)
     return OpNode(fx_node.name, kind, sig.op, operands, params, shape, dtype, None, origin)
+
+
+def _signature_or_none(fx_node: Any) -> Signature | None:
+    """The op-table entry of a function or method call, None when the tables do not know it."""
+    if fx_node.op == "call_method":
+        return SIGNATURES.get(str(fx_node.target).rstrip("_"))
+    try:
+        return _function_signature(fx_node.target)
+    except NotApplicable:
+        return None
 
 
 def _is_min_max_over_dim(fx_node: Any) -> bool:

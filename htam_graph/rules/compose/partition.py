@@ -3,10 +3,12 @@ them.
 
 Walking the forward in order, consecutive elementwise and reducing ops collect into one group; a library op
 (conv, conv-transpose, linear, matmul), a pooling op, a view (unsqueeze, squeeze, .T, reshape, permute,
-slicing), torch.cat, a size read or a dropout module ends the group and becomes a PyTorch stage. A second
-reducing op starts a new group. A group's value may leave it only through its last op: when an earlier op of
-the group is also read outside it, the group is cut after that op (its value is then written once and read
-back by the rest). No-op calls (clone, detach, contiguous) are dropped, their readers reading the source.
+slicing), torch.cat, a size read, an op the rules do not know (einsum, flip, ...) or a dropout module ends the
+group and becomes a PyTorch stage. A second reducing op, or an op whose shape does not fit in the group's
+reduction input, starts a new group. A group's value may leave it only through its last op: when an earlier
+op of the group is also read outside it, the group is cut after that op (its value is then written once and
+read back by the rest). No-op calls (clone, detach, contiguous) are dropped, their readers reading the
+source.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from htam_graph.rules.ops import OpGraph, OpKind, OpNode, Ref, Value
 
 __all__ = ["FusedStage", "Stage", "TorchStage", "drop_identities", "partition"]
 
-_TORCH_KINDS = (OpKind.LIBRARY, OpKind.POOL, OpKind.LAYOUT, OpKind.STRUCTURAL)
+_TORCH_KINDS = (OpKind.LIBRARY, OpKind.POOL, OpKind.LAYOUT, OpKind.STRUCTURAL, OpKind.CALL)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def partition(graph: OpGraph) -> list[Stage]:
     run: list[OpNode] = []
     for node in _sizes_early(graph.nodes):
         if node.kind is OpKind.ELEMENTWISE or node.kind in REDUCING_KINDS:
-            if node.kind in REDUCING_KINDS and any(n.kind in REDUCING_KINDS for n in run):
+            if run and (_second_reduction(run, node) or _outside_reduction(graph, run, node)):
                 stages.append(FusedStage(tuple(run)))
                 run = []
             run.append(node)
@@ -70,6 +72,21 @@ def partition(graph: OpGraph) -> list[Stage]:
     if run:
         stages.append(FusedStage(tuple(run)))
     return _single_exits(graph, stages)
+
+
+def _second_reduction(run: list[OpNode], node: OpNode) -> bool:
+    return node.kind in REDUCING_KINDS and any(n.kind in REDUCING_KINDS for n in run)
+
+
+def _outside_reduction(graph: OpGraph, run: list[OpNode], node: OpNode) -> bool:
+    """An elementwise op whose shape does not fit in the run's reduction input (`agg / deg` with agg
+    [B, N, F] after deg = adj.sum(-1) over adj [B, N, N]) cannot share its kernel: it starts a new group."""
+    reducer = next((n for n in run if n.kind in REDUCING_KINDS), None)
+    if reducer is None or not isinstance(reducer.operands[0], Ref) or not node.shape:
+        return False
+    full = graph.shape_of(reducer.operands[0].name)
+    padded = (1,) * (len(full) - len(node.shape)) + node.shape
+    return len(node.shape) > len(full) or any(s not in (1, f) for s, f in zip(padded, full, strict=True))
 
 
 def _sizes_early(nodes: tuple[OpNode, ...]) -> list[OpNode]:

@@ -103,6 +103,7 @@ class ComposedKernels(PlannedRecipe[ComposedPlan]):
 
     key = KEY
     default_config = KernelConfig(block=4096, num_warps=4)
+    keeps_calls = True
 
     def plan(self, view: TaskView) -> ComposedPlan:
         return plan_composed(view)

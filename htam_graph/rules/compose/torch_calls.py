@@ -22,6 +22,7 @@ __all__ = ["StageCall", "tensor_expr", "torch_call"]
 StageCall = Callable[[OpGraph, OpNode, dict[str, str]], str]
 
 _VIEWS = ("unsqueeze", "squeeze", "t", "diag", "flatten", "transpose")
+_STRUCTURAL_CALLS = ("flip", "narrow", "select")
 _INT_OPS = {"int_add": "+", "int_sub": "-", "int_mul": "*", "int_floordiv": "//", "int_mod": "%"}
 
 
@@ -33,6 +34,8 @@ def torch_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
     source = tensor_expr(graph, node.operands[0], computed)
     if node.kind is OpKind.RANDOM and node.module_path is not None:
         return f"self.{node.module_path}({source})  # PyTorch, unchanged"
+    if node.kind is OpKind.CALL:
+        return f"{_kept_call(graph, node, computed)}  # PyTorch, unchanged"
     if node.kind is OpKind.STRUCTURAL or node.op in ("reshape", "permute", "index", "part"):
         return f"{_shape_expr(graph, node, computed)}  # PyTorch, unchanged"
     if node.kind is OpKind.LAYOUT and node.op in _VIEWS:
@@ -79,6 +82,9 @@ def _shape_expr(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
         template = node.param("index")
         assert isinstance(template, Const) and isinstance(template.value, str)
         return source + template.value.format(*(_int_expr(v, computed) for v in node.operands[1:]))
+    if node.op in _STRUCTURAL_CALLS:  # torch.flip(x, dims=...), torch.narrow(x, dim=..., ...)
+        params = ", ".join(f"{k}={_call_arg(graph, v, computed)}" for k, v in node.params)
+        return f"torch.{node.op}({source}, {params})"
     raise NotApplicable(f"{node.op} ({node.origin}) has no PyTorch call in the composed forward")
 
 
@@ -95,3 +101,22 @@ def _int_expr(value: Value, computed: dict[str, str]) -> str:
 
 def _int_tuple(value: object) -> bool:
     return isinstance(value, tuple) and all(type(v) is int for v in value)
+
+
+def _kept_call(graph: OpGraph, node: OpNode, computed: dict[str, str]) -> str:
+    """An op the rules do not know, written as the reference wrote it (analysis/calls.py)."""
+    call, template = node.param("call").value, node.param("template").value  # type: ignore[union-attr]
+    args = [_call_arg(graph, v, computed) for v in node.operands]
+    written = str(template).format(*args)
+    if str(call).startswith("."):  # a method: its first argument is the tensor
+        receiver, _, rest = written.partition(", ")
+        return f"{receiver}{call}({rest})"
+    return f"{call}({written})"
+
+
+def _call_arg(graph: OpGraph, value: Value, computed: dict[str, str]) -> str:
+    if isinstance(value, Ref) and (value.name in computed or graph.tensor(value.name) is not None):
+        return tensor_expr(graph, value, computed)
+    if isinstance(value, AttrScalar):
+        return f"self.{value.path}"
+    return _int_expr(value, computed) if not isinstance(value, Const) else repr(value.value)

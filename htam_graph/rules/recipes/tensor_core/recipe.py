@@ -78,6 +78,7 @@ class TensorCoreGemm(PlannedRecipe[ComposedPlan]):
     """Recipe for `compute_efficiency.tensor_core_fp32_emulation`."""
 
     key = KEY
+    keeps_calls = True
     default_config = KernelConfig(block=4096, num_warps=4)  # the fused groups' (GEMM and conv pick tiles)
 
     def plan(self, view: TaskView) -> ComposedPlan:
