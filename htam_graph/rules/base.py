@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from htam_graph.errors import HtamError
 from htam_graph.model import PrecisionPolicy
+from htam_graph.rules.ops import OpKind
 
 if TYPE_CHECKING:
     from htam_graph.rules.analysis.skeleton import ModelSkeleton
@@ -201,7 +202,7 @@ class PlannedRecipe(ABC, Generic[P]):
 
     def _plan(self, view: TaskView) -> P:
         if not self.keeps_calls:
-            called = [n.op for n in view.graph.nodes if n.kind == "call"]
+            called = [n.op for n in view.graph.nodes if n.kind is OpKind.CALL]
             if called:
                 raise NotApplicable(f"{called[0]} is an op this recipe does not know (kept as a call)")
         return self.plan(view)
