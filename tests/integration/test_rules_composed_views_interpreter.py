@@ -5,10 +5,11 @@ Each case is a small task of this file's own: a view / reshape whose shape is co
 (unpacked or indexed) and model attributes, a permute, slicing with a size read as its bound, torch.cat,
 chunk and split, a size used as a number in the arithmetic, an operand broadcast over dims between its own
 (`x[:, None]` against a [B, C, F] result, and in three blocks), an in-place op on the result
-(`out.mul_(s)`), a value read by two groups, row sums of one shape dividing a result of another, and ops
-the rules do not know (einsum, roll, flip, pad) kept as the calls the reference made. The candidate is
-written once, at the first size set, and run at both: the sizes are read at run time, so it must hold at
-the second (parameters randomised and shared; allclose(rtol=1e-4, atol=1e-4)).
+(`out.mul_(s)`), a value read by two groups, row sums of one shape dividing a result of another, pools whose
+window is the input's plane, and ops the rules do not know (einsum, roll, flip, pad) kept as the calls the
+reference made. The candidate is written once, at the first size set, and run at both: the sizes are read
+at run time, so it must hold at the second (parameters randomised and shared;
+allclose(rtol=1e-4, atol=1e-4)).
 """
 
 from __future__ import annotations
@@ -315,6 +316,28 @@ def get_init_inputs():
 """,
         [{"b": 2, "n": 5}, {"b": 3, "n": 4}],
         "torch.bmm(",
+    ),
+    "whole_plane_pools_from_the_shape": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = x.clamp(min=1e-3) ** 2.0
+        a = torch.sqrt(F.avg_pool2d(y, y.shape[-2:]))
+        m = F.max_pool2d(x, (x.size(-2), x.size(-1)))
+        return (a + m).flatten(1)
+
+
+def get_inputs():
+    return [torch.randn({b}, 3, {h}, {w})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 2, "h": 5, "w": 6}, {"b": 3, "h": 7, "w": 3}],
+        "torch.flatten(",
     ),
 }
 

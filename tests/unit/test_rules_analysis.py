@@ -132,6 +132,20 @@ def test_ops_the_tables_do_not_know_are_kept_as_calls() -> None:
     assert einsum.param("template") == Const("'ij,kj->ik', {0}, {1}")
 
 
+def test_a_pool_over_the_whole_plane_is_its_reduction() -> None:
+    """A window read from the input's own sizes covers the plane at every size: mean / amax with keepdim."""
+    forward = (
+        "        y = x[None]\n        a = F.avg_pool2d(y, y.shape[-2:])\n"
+        "        return a + F.max_pool1d(y, (y.size(-1),))"
+    )
+    graph = analyse_source(task(forward))
+    ops = [(n.op, n.param("dim"), n.param("keepdim")) for n in graph.nodes if n.kind is OpKind.REDUCTION]
+    assert ops == [("mean", Const((-2, -1)), Const(True)), ("amax", Const((-1,)), Const(True))], ops
+    assert not any(n.kind is OpKind.POOL for n in graph.nodes)
+    shifted = analyse_source(task("        y = x[None]\n        return F.avg_pool2d(y, (3, 3), padding=1)"))
+    assert [n.kind for n in shifted.nodes] == [OpKind.LAYOUT, OpKind.POOL]
+
+
 def test_a_broken_task_source_is_not_applicable() -> None:
     with pytest.raises(NotApplicable, match="failed to load"):
         analyse_source("import torch\nraise RuntimeError('boom')\n")
