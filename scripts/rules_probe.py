@@ -6,9 +6,10 @@ FOLDER holds level2/NN_Name.py tasks and small_sizes.json ({file name: {module c
 sizes the check runs at (the tasks' own are GPU-sized). NN ... limits the run to those task numbers.
 
 Per task, one line: the recipes that apply (tuning recipes left out: they re-emit another recipe's kernel),
-each `ok` with its largest absolute error or FAILED with the reason, checked by tests/integration/composed_checks.py (parameters randomised and
-shared with the reference, in a child process) at the small sizes and again with the first constant + 1, the
-same candidate at both; or, when nothing applies, why the composed path does not.
+each `ok` with its largest absolute error or FAILED with the reason. The check is
+tests/integration/composed_checks.py: allclose(rtol=1e-4, atol=1e-4), parameters randomised and shared with
+the reference, in a child process, at the small sizes and again with the first constant + 1, the same
+candidate at both. When nothing applies: why the composed path does not.
 """
 
 import json
