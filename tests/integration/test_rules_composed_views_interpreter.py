@@ -6,10 +6,10 @@ Each case is a small task of this file's own: a view / reshape whose shape is co
 chunk and split, a size used as a number in the arithmetic, an operand broadcast over dims between its own
 (`x[:, None]` against a [B, C, F] result, and in three blocks), an in-place op on the result
 (`out.mul_(s)`), a value read by two groups, row sums of one shape dividing a result of another, pools whose
-window is the input's plane, and ops the rules do not know (einsum, roll, flip, pad) kept as the calls the
-reference made. The candidate is written once, at the first size set, and run at both: the sizes are read
-at run time, so it must hold at the second (parameters randomised and shared;
-allclose(rtol=1e-4, atol=1e-4)).
+window is the input's plane, powers with fractional, large or run-time exponents, and ops the rules do not
+know (einsum, roll, flip, pad) kept as the calls the reference made. The candidate is written once, at the
+first size set, and run at both: the sizes are read at run time, so it must hold at the second (parameters
+randomised and shared; allclose(rtol=1e-4, atol=1e-4)).
 """
 
 from __future__ import annotations
@@ -338,6 +338,48 @@ def get_init_inputs():
 """,
         [{"b": 2, "h": 5, "w": 6}, {"b": 3, "h": 7, "w": 3}],
         "torch.flatten(",
+    ),
+    "gem_pool_with_an_attribute_exponent": (
+        """class Model(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p, self.eps = p, 1e-3
+
+    def forward(self, x):
+        x = x.clamp(min=self.eps).pow(self.p)
+        x = F.avg_pool2d(x, (x.size(-2), x.size(-1)))
+        return x.pow(1.0 / self.p).flatten(1)
+
+
+def get_inputs():
+    return [torch.randn({b}, 4, {h}, {h})]
+
+
+def get_init_inputs():
+    return [3.0]
+""",
+        [{"b": 2, "h": 5}, {"b": 3, "h": 3}],
+        "float(self.p)",
+    ),
+    "powers_of_signed_values": (
+        """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = 3.0
+
+    def forward(self, x):
+        return (x**self.k) * 0.01 + x.abs() ** 2.5 - (x * 0.5) ** 11 + torch.relu(x) ** 0.75
+
+
+def get_inputs():
+    return [torch.randn({b}, {n})]
+
+
+def get_init_inputs():
+    return []
+""",
+        [{"b": 3, "n": 7}, {"b": 5, "n": 4}],
+        "_powf(",
     ),
 }
 

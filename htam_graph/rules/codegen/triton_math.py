@@ -79,6 +79,19 @@ def _softplus(x, beta, threshold):
 """,
         ("_log1p",),
     ),
+    "_powf": (
+        """@triton.jit
+def _powf(x, p):
+    # x ** p for a run-time exponent, as PyTorch: |x| ** p by exp2 / log2, the sign of an odd integer power,
+    # NaN for a negative base and a fractional exponent, and x ** 0 = 1 everywhere.
+    r = tl.exp2(p * tl.log2(tl.abs(x)))
+    whole = tl.floor(p) == p
+    odd = whole & (tl.floor(p * 0.5) * 2.0 != p)
+    r = tl.where(x < 0.0, tl.where(whole, tl.where(odd, -r, r), float("nan")), r)
+    return tl.where(p == 0.0, 1.0, r)
+""",
+        (),
+    ),
     "_gelu_erf": (
         f"""@triton.jit
 def _gelu_erf(x):
@@ -218,8 +231,10 @@ def _selu(node: OpNode, r: Operand) -> Emitted:
 
 def _pow(node: OpNode, r: Operand) -> Emitted:
     base, exponent = node.operands
-    if isinstance(exponent, AttrScalar) or isinstance(base, AttrScalar):
-        raise NotApplicable("pow with a module-attribute operand (its value could change at run time)")
+    if isinstance(base, AttrScalar):
+        raise NotApplicable("pow with a module-attribute base (its value could change at run time)")
+    if isinstance(exponent, AttrScalar):  # read at run time: the general power
+        return _e(f"_powf({r(base)}, {r(exponent)})", "_powf")
     p = number(exponent)
     if p is None:
         c = number(base)
@@ -229,8 +244,11 @@ def _pow(node: OpNode, r: Operand) -> Emitted:
     a = r(base)
     if float(p) == 0.5:
         return _e(f"tl.sqrt({a})")
-    if float(p) != int(p) or abs(int(p)) > 8:
-        raise NotApplicable(f"pow with exponent {p} (only integers up to 8 and 0.5 are rewritten)")
+    if float(p) != int(p) or abs(int(p)) > 8:  # |a| ** p by exp2 / log2, then the sign PyTorch gives
+        power = f"tl.exp2({render_literal(float(p))} * tl.log2(tl.abs({a})))"
+        if float(p) != int(p):
+            return _e(f'tl.where({a} < 0.0, float("nan"), {power})')
+        return _e(f"tl.where({a} < 0.0, -{power}, {power})" if int(p) % 2 else power)
     n = int(p)
     if n == 0:
         return _e(f"({a} * 0.0 + 1.0)")
